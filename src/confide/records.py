@@ -1,0 +1,134 @@
+"""The data that flows through a run: Item → Generation → Record.
+
+Plain dataclasses; numpy arrays hold per-token statistics. ``to_dict`` /
+``from_dict`` give a JSON-safe form that round-trips floats exactly, which the
+store and the exports use.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Generation", "Item", "Message", "Record"]
+
+Message = dict[str, str]  # {"role": ..., "content": ...}
+
+
+@dataclass
+class Item:
+    """One question.
+
+    ``prompt`` is the question text (a chat template or few-shot format is
+    applied by the task's prompt format), or a ready list of chat messages.
+    ``references`` are the accepted answers; ``metadata`` holds task extras
+    (choices, incorrect answers, tool schemas, ...).
+    """
+
+    id: str
+    prompt: str | list[Message]
+    references: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "prompt": self.prompt, "references": list(self.references),
+                "metadata": self.metadata}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Item:
+        return cls(id=str(d["id"]), prompt=d["prompt"], references=list(d.get("references", [])),
+                   metadata=dict(d.get("metadata", {})))
+
+
+_ARRAY_FIELDS = ("token_logprobs", "token_entropies", "token_kl_uniform", "top_logprobs")
+
+
+@dataclass
+class Generation:
+    """One model output with the token statistics the backend could give.
+
+    Per answer token ``t`` (the terminating end-of-sequence token is not part of
+    the answer): ``token_logprobs[t] = log p_t(y_t)``, ``token_entropies[t] =
+    H(p_t)``, ``token_kl_uniform[t] = KL(U || p_t)``, ``top_logprobs[t, j]`` and
+    ``top_tokens[t][j]`` the j-th most likely alternatives. All are computed
+    from the next-token distribution produced while generating. A statistic
+    the backend cannot give is ``None``. ``hidden`` maps ``"layer:pool"``
+    (pool is ``last`` or ``mean``) to a float16 vector.
+    """
+
+    text: str
+    token_ids: list[int] = field(default_factory=list)
+    tokens: list[str] = field(default_factory=list)
+    token_logprobs: np.ndarray | None = None
+    token_entropies: np.ndarray | None = None
+    token_kl_uniform: np.ndarray | None = None
+    top_logprobs: np.ndarray | None = None
+    top_tokens: list[list[str]] | None = None
+    finish_reason: str = "stop"
+    hidden: dict[str, np.ndarray] | None = None
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.token_ids) if self.token_ids else len(self.tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"text": self.text, "token_ids": list(self.token_ids),
+                             "tokens": list(self.tokens), "finish_reason": self.finish_reason,
+                             "top_tokens": self.top_tokens}
+        for name in _ARRAY_FIELDS:
+            arr = getattr(self, name)
+            d[name] = None if arr is None else np.asarray(arr, dtype=np.float64).tolist()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], hidden: dict[str, np.ndarray] | None = None) -> Generation:
+        arrays = {n: None if d.get(n) is None else np.asarray(d[n], dtype=np.float32)
+                  for n in _ARRAY_FIELDS}
+        return cls(text=d["text"], token_ids=list(d.get("token_ids", [])),
+                   tokens=list(d.get("tokens", [])), finish_reason=d.get("finish_reason", "stop"),
+                   top_tokens=d.get("top_tokens"), hidden=hidden, **arrays)
+
+
+@dataclass
+class Record:
+    """An item with its greedy generation, its samples, its scores and its grades.
+
+    ``scores`` maps scorer name → confidence (higher = more likely correct; NaN
+    when the scorer could not answer, with the reason in ``score_errors``).
+    ``grades`` maps grader name → correctness in [0, 1].
+    """
+
+    item: Item
+    greedy: Generation
+    samples: list[Generation] = field(default_factory=list)
+    scores: dict[str, float] = field(default_factory=dict)
+    score_errors: dict[str, str] = field(default_factory=dict)
+    grades: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "item": self.item.to_dict(),
+            "greedy": self.greedy.to_dict(),
+            "samples": [s.to_dict() for s in self.samples],
+            # JSON has no NaN: store None and keep the reason next to it.
+            "scores": {k: (None if math.isnan(v) else v) for k, v in self.scores.items()},
+            "score_errors": dict(self.score_errors),
+            "grades": dict(self.grades),
+            "seconds": self.seconds,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Record:
+        return cls(
+            item=Item.from_dict(d["item"]),
+            greedy=Generation.from_dict(d["greedy"]),
+            samples=[Generation.from_dict(s) for s in d.get("samples", [])],
+            scores={k: (math.nan if v is None else float(v)) for k, v in d["scores"].items()},
+            score_errors=dict(d.get("score_errors", {})),
+            grades={k: float(v) for k, v in d.get("grades", {}).items()},
+            seconds=float(d.get("seconds", 0.0)),
+        )

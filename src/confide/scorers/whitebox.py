@@ -1,0 +1,123 @@
+"""White-box scorers: arithmetic on the greedy answer's own token statistics.
+
+All statistics were computed from the next-token distributions produced while
+generating, so these cost nothing beyond the generation. Notation: the answer
+has tokens :math:`y_1..y_T`; :math:`p_t` is the model's next-token distribution
+at step :math:`t` over a vocabulary of size :math:`V`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from confide.errors import CannotScore
+from confide.records import Generation, Record
+from confide.scorers.base import Need, scorer
+
+
+def _stat(gen: Generation, name: str) -> np.ndarray:
+    values = getattr(gen, name)
+    if values is None:
+        raise CannotScore(f"the backend gave no {name.replace('_', ' ')}")
+    if len(values) == 0:
+        raise CannotScore("empty answer: no tokens to score")
+    return np.asarray(values, dtype=np.float64)
+
+
+@scorer("msp", needs={Need.TOKEN_LOGPROBS})
+def msp(record: Record) -> float:
+    r"""Maximum sequence probability, in log space: the greedy answer's log-likelihood.
+
+    .. math:: c = \log P(y \mid x) = \sum_{t=1}^{T} \log p_t(y_t)
+
+    Longer answers get lower values, so this score is length-biased by design.
+
+    References: [1] Fadeeva et al., 2023, "LM-Polygraph: Uncertainty Estimation
+    for Language Models", EMNLP demo (Maximum Sequence Probability).
+    """
+    return float(np.sum(_stat(record.greedy, "token_logprobs")))
+
+
+@scorer("mean_logprob", needs={Need.TOKEN_LOGPROBS})
+def mean_logprob(record: Record) -> float:
+    r"""Length-normalised log-likelihood, i.e. negative log-perplexity.
+
+    .. math:: c = \frac{1}{T}\sum_{t=1}^{T} \log p_t(y_t) = -\log \mathrm{PPL}(y)
+
+    References: [1] Malinin & Gales, 2021, "Uncertainty Estimation in
+    Autoregressive Structured Prediction", ICLR (length-normalised scores);
+    [2] Fadeeva et al., 2023, LM-Polygraph (Perplexity).
+    """
+    return float(np.mean(_stat(record.greedy, "token_logprobs")))
+
+
+@scorer("min_logprob", needs={Need.TOKEN_LOGPROBS})
+def min_logprob(record: Record) -> float:
+    r"""Log-probability of the least likely token of the answer.
+
+    .. math:: c = \min_{t} \log p_t(y_t)
+
+    References: [1] Manakul et al., 2023, "SelfCheckGPT", EMNLP (Max(-log p)
+    baseline, negated here so that higher means more confident).
+    """
+    return float(np.min(_stat(record.greedy, "token_logprobs")))
+
+
+@scorer("mean_entropy", needs={Need.TOKEN_ENTROPIES})
+def mean_entropy(record: Record) -> float:
+    r"""Negative mean entropy of the next-token distributions along the answer.
+
+    .. math:: c = -\frac{1}{T}\sum_{t=1}^{T} H(p_t), \quad H(p) = -\sum_v p(v)\log p(v)
+
+    References: [1] Malinin & Gales, 2021, ICLR (average token entropy);
+    [2] Manakul et al., 2023, "SelfCheckGPT" (Avg(H)).
+    """
+    return -float(np.mean(_stat(record.greedy, "token_entropies")))
+
+
+@scorer("max_entropy", needs={Need.TOKEN_ENTROPIES})
+def max_entropy(record: Record) -> float:
+    r"""Negative entropy of the most uncertain step of the answer.
+
+    .. math:: c = -\max_{t} H(p_t)
+
+    References: [1] Manakul et al., 2023, "SelfCheckGPT", EMNLP (Max(H)).
+    """
+    return -float(np.max(_stat(record.greedy, "token_entropies")))
+
+
+@scorer("self_certainty", needs={Need.FULL_DISTRIBUTION})
+def self_certainty(record: Record) -> float:
+    r"""Self-certainty: mean KL divergence from the uniform distribution to each p_t.
+
+    .. math::
+        c = \frac{1}{T}\sum_{t=1}^{T} \mathrm{KL}(U \,\|\, p_t)
+          = \frac{1}{T}\sum_{t=1}^{T}\Big(-\log V - \frac{1}{V}\sum_{v=1}^{V}\log p_t(v)\Big)
+
+    Needs every logit at every step, so only backends with the full
+    distribution (``hf``) can give it.
+
+    References: [1] Kang, Zhao, Zhang, Song & Levine, 2025, "Scalable
+    Best-of-N Selection for Large Language Models via Self-Certainty",
+    arXiv:2502.18581.
+    """
+    return float(np.mean(_stat(record.greedy, "token_kl_uniform")))
+
+
+@scorer("length", needs={Need.TOKEN_LOGPROBS})
+def length(record: Record) -> float:
+    r"""Diagnostic baseline: the negated answer length in tokens.
+
+    .. math:: c = -T
+
+    Not an uncertainty estimate: it shows how much of another scorer's AUROC
+    could come from answer length alone.
+
+    References: [1] Santilli et al., 2025, "Revisiting Uncertainty
+    Quantification Evaluation in Language Models: Spurious Interactions with
+    Response Length Bias Results", ACL.
+    """
+    n = record.greedy.n_tokens
+    if n == 0:
+        raise CannotScore("empty answer: no tokens to count")
+    return -float(n)
