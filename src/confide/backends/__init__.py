@@ -1,0 +1,12 @@
+"""Model backends. Heavy imports (torch, transformers, httpx) happen only when one is chosen."""
+
+from confide.backends.base import (
+    BACKENDS,
+    Backend,
+    GenerationResult,
+    GenerationSpec,
+    Prompt,
+    item_seed,
+)
+
+__all__ = ["BACKENDS", "Backend", "GenerationResult", "GenerationSpec", "Prompt", "item_seed"]

@@ -1,0 +1,79 @@
+"""The one protocol every model backend implements.
+
+``generate(prompts, spec, seeds)`` takes a list of prompts (plain text or chat
+messages) and returns, in the same order, one :class:`GenerationResult` per
+prompt: the greedy answer and ``spec.n_samples`` sampled answers, each with
+whatever token statistics the backend can give. ``capabilities`` names those
+statistics (values of :class:`confide.scorers.Need`), so the runner can skip
+scorers whose needs are unmet and say why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from confide.records import Generation, Message
+from confide.registry import Registry
+
+__all__ = ["BACKENDS", "Backend", "GenerationResult", "GenerationSpec", "Prompt", "item_seed"]
+
+Prompt = str | list[Message]
+
+
+@dataclass(frozen=True)
+class GenerationSpec:
+    """How to generate. Sampling defaults follow DESIGN.md: SmolLM2 sampled at
+    temperature 1 without nucleus truncation gives mostly distinct answers, so
+    samples use top-p 0.9 by default."""
+
+    max_new_tokens: int = 32
+    stop: tuple[str, ...] = ()
+    n_samples: int = 0
+    temperature: float = 1.0
+    top_p: float = 0.9
+    top_k_alternatives: int = 10
+    hidden_layers: tuple[int, ...] = ()
+    greedy: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["stop"] = list(self.stop)
+        d["hidden_layers"] = list(self.hidden_layers)
+        return d
+
+
+@dataclass
+class GenerationResult:
+    """What one prompt produced: its greedy answer and its samples."""
+
+    greedy: Generation | None
+    samples: list[Generation] = field(default_factory=list)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str
+    capabilities: frozenset[str]
+    has_chat_template: bool
+
+    def generate(self, prompts: list[Prompt], spec: GenerationSpec,
+                 seeds: list[int]) -> list[GenerationResult]:
+        """One result per prompt, in input order. ``seeds[i]`` seeds prompt i's samples,
+        so what an item gets never depends on which items share its batch."""
+        ...
+
+    def config(self) -> dict[str, Any]:
+        """JSON-safe identity of the model (stored with a run; no secrets)."""
+        ...
+
+
+def item_seed(run_seed: int, item_id: str) -> int:
+    """A 63-bit seed derived from (run seed, item id) only."""
+    digest = hashlib.sha256(f"{run_seed}:{item_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+BACKENDS: Registry[str] = Registry("backend")
+BACKENDS.add("hf", "confide.backends.hf:HFBackend")
