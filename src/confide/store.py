@@ -1,0 +1,265 @@
+"""The run store: one directory per run, holding ``run.sqlite`` (WAL) and exports.
+
+Each item's record is written in one transaction when it is complete, keyed by
+item id, so a run killed at any moment (SIGKILL included) resumes with the same
+command, redoes only unfinished items and never stores one twice. The run's
+configuration is stored with it; opening the directory with a different one
+raises :class:`~confide.errors.ConfigMismatch` naming what differs.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from confide.errors import ConfigMismatch, StoreError
+from confide.records import Record
+
+__all__ = ["RunStore", "record_row"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS records (
+    position INTEGER NOT NULL,
+    item_id TEXT PRIMARY KEY,
+    data TEXT NOT NULL,
+    hidden BLOB,
+    stored_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS records_position ON records(position);
+CREATE TABLE IF NOT EXISTS failures (
+    item_id TEXT PRIMARY KEY, error TEXT NOT NULL, attempts INTEGER NOT NULL, failed_at REAL
+);
+"""
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in d.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def config_differences(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    """Human-readable list of settings that differ between two configurations."""
+    a, b = _flatten(stored), _flatten(wanted)
+    return [f"{k}: stored {a.get(k)!r}, now {b.get(k)!r}"
+            for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def _pack_hidden(record: Record) -> bytes | None:
+    arrays: dict[str, np.ndarray] = {}
+    for i, gen in enumerate([record.greedy, *record.samples]):
+        for key, vec in (gen.hidden or {}).items():
+            arrays[f"{i}|{key}"] = vec
+    if not arrays:
+        return None
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)  # plain arrays, no pickle
+    return buf.getvalue()
+
+
+def _unpack_hidden(record: Record, blob: bytes | None) -> None:
+    if not blob:
+        return
+    gens = [record.greedy, *record.samples]
+    with np.load(io.BytesIO(blob), allow_pickle=False) as npz:
+        for name in npz.files:
+            index, key = name.split("|", 1)
+            gen = gens[int(index)]
+            gen.hidden = gen.hidden or {}
+            gen.hidden[key] = npz[name]
+
+
+class RunStore:
+    """A run directory. Use :meth:`open`; close with :meth:`close` or ``with``."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+        self.path = path
+        self._conn = conn
+
+    @classmethod
+    def open(cls, path: str | Path, config: dict[str, Any] | None = None, *,
+             create: bool = True) -> RunStore:
+        """Open (or create) the run at ``path``.
+
+        With ``config``, a new run stores it and an existing run must match it;
+        without, the run must exist (read-only use: eval, report, export).
+        """
+        path = Path(path)
+        db = path / "run.sqlite"
+        if not db.exists() and (config is None or not create):
+            raise StoreError(f"{path}: no run here (missing run.sqlite)")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(db, timeout=30, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"{db}: cannot open run database: {exc}") from exc
+        store = cls(path, conn)
+        if config is not None:
+            stored = store.config
+            if stored is None:
+                store.set_meta("config", config)
+                store.set_meta("created_at", time.time())
+            elif stored != json.loads(json.dumps(config)):
+                diffs = config_differences(stored, json.loads(json.dumps(config)))
+                conn.close()
+                raise ConfigMismatch(
+                    f"{path} holds a run with a different configuration:\n  "
+                    + "\n  ".join(diffs)
+                    + "\nUse another output directory, or the same settings to resume.")
+        return store
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- metadata ----------------------------------------------------------------
+
+    def set_meta(self, key: str, value: Any) -> None:
+        self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
+                           (key, json.dumps(value)))
+
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return default if row is None else json.loads(row[0])
+
+    @property
+    def config(self) -> dict[str, Any] | None:
+        return self.get_meta("config")
+
+    # -- records -----------------------------------------------------------------
+
+    def done_ids(self) -> set[str]:
+        return {r[0] for r in self._conn.execute("SELECT item_id FROM records")}
+
+    def __len__(self) -> int:
+        return int(self._conn.execute("SELECT COUNT(*) FROM records").fetchone()[0])
+
+    def put(self, record: Record, position: int) -> bool:
+        """Store one complete record in one transaction; False if it was already stored."""
+        data = json.dumps(record.to_dict(), allow_nan=False)
+        with self._conn:
+            self._conn.execute("BEGIN IMMEDIATE")
+            cur = self._conn.execute(
+                "INSERT OR IGNORE INTO records(position, item_id, data, hidden, stored_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (position, record.item.id, data, _pack_hidden(record), time.time()))
+            self._conn.execute("DELETE FROM failures WHERE item_id = ?", (record.item.id,))
+        return cur.rowcount == 1
+
+    def replace(self, record: Record) -> None:
+        """Rewrite a stored record (new scores or grades); its hidden states are kept."""
+        data = json.dumps(record.to_dict(), allow_nan=False)
+        with self._conn:
+            self._conn.execute("BEGIN IMMEDIATE")
+            self._conn.execute("UPDATE records SET data = ? WHERE item_id = ?",
+                               (data, record.item.id))
+
+    def record_failure(self, item_id: str, error: str) -> None:
+        """Remember an item that failed (it is retried on resume, never dropped)."""
+        with self._conn:
+            self._conn.execute("BEGIN IMMEDIATE")
+            self._conn.execute(
+                "INSERT INTO failures(item_id, error, attempts, failed_at) VALUES (?, ?, 1, ?) "
+                "ON CONFLICT(item_id) DO UPDATE SET error = excluded.error, "
+                "attempts = attempts + 1, failed_at = excluded.failed_at",
+                (item_id, error, time.time()))
+
+    def failures(self) -> dict[str, str]:
+        return dict(self._conn.execute("SELECT item_id, error FROM failures"))
+
+    def iter_records(self, *, hidden: bool = False) -> Iterator[Record]:
+        column = "hidden" if hidden else "NULL"
+        for data, blob in self._conn.execute(
+                f"SELECT data, {column} FROM records ORDER BY position"):
+            record = Record.from_dict(json.loads(data))
+            _unpack_hidden(record, blob)
+            yield record
+
+    def records(self, *, hidden: bool = False) -> list[Record]:
+        return list(self.iter_records(hidden=hidden))
+
+    # -- exports -----------------------------------------------------------------
+
+    def export(self, fmt: str, path: str | Path | None = None) -> Path:
+        """Write one row per record (one column per scorer and grader) as jsonl, csv or parquet."""
+        fmt = fmt.lower()
+        if fmt not in ("jsonl", "csv", "parquet"):
+            raise StoreError(f"unknown export format {fmt!r}; use jsonl, csv or parquet")
+        target = Path(path) if path else self.path / f"records.{fmt}"
+        rows = [record_row(r) for r in self.iter_records()]
+        if fmt == "jsonl":
+            with open(target, "w", encoding="utf-8") as fh:
+                for row in rows:
+                    fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            return target
+        import pyarrow as pa
+
+        columns = sorted({k for row in rows for k in row}, key=_column_order)
+        table = pa.Table.from_pylist(
+            [{k: row.get(k) for k in columns} for row in rows]) if rows else pa.table({})
+        if fmt == "csv":
+            import pyarrow.csv as pacsv
+
+            flat = table
+            for i, name in enumerate(flat.column_names):  # csv cannot hold lists
+                if pa.types.is_list(flat.schema.field(name).type):
+                    joined = [None if v is None else " | ".join(map(str, v))
+                              for v in flat.column(name).to_pylist()]
+                    flat = flat.set_column(i, name, pa.array(joined, pa.string()))
+            pacsv.write_csv(flat, target)
+        else:
+            import pyarrow.parquet as pq
+
+            pq.write_table(table, target)
+        return target
+
+
+def _column_order(name: str) -> tuple[int, str]:
+    head = ["id", "question", "answer", "references", "n_tokens", "finish_reason", "seconds"]
+    if name in head:
+        return (head.index(name), "")
+    return (len(head) + (0 if name.startswith("grade.") else 1), name)
+
+
+def record_row(record: Record) -> dict[str, Any]:
+    """A flat, JSON-safe row: NaN scores become None (with the reason in ``why.<scorer>``)."""
+    prompt = record.item.prompt
+    question = prompt if isinstance(prompt, str) else prompt[-1]["content"]
+    row: dict[str, Any] = {
+        "id": record.item.id,
+        "question": question,
+        "answer": record.greedy.text,
+        "references": list(record.item.references),
+        "n_tokens": record.greedy.n_tokens,
+        "finish_reason": record.greedy.finish_reason,
+        "seconds": record.seconds,
+    }
+    for name, value in record.grades.items():
+        row[f"grade.{name}"] = value
+    for name, value in record.scores.items():
+        row[f"score.{name}"] = None if math.isnan(value) else value
+    for name, reason in record.score_errors.items():
+        row[f"why.{name}"] = reason
+    return row
