@@ -1,0 +1,104 @@
+"""Tasks: data sets → :class:`~confide.records.Item` lists, prompt formats and default graders.
+
+``load_task(name_or_path)`` returns a :class:`Task`. A registered name
+(:data:`TASKS`: ``triviaqa``, ...) loads a built-in task from its bundled
+sample (``data_path=`` reads the full file); an existing ``.jsonl`` /
+``.csv`` / ``.parquet`` file loads the user's data with a field mapping (see
+:mod:`confide.tasks.files`); ``hf:<name>`` loads a Hugging Face dataset.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from confide.errors import InvalidInputError, UnknownNameError
+from confide.tasks import builtin  # noqa: F401  (registers the built-in tasks)
+from confide.tasks.base import TASKS, BadRecords, Task, TaskSpec, check_fewshot, task
+from confide.tasks.files import SUFFIXES, load_hf_dataset, load_user_file
+from confide.tasks.prompts import FORMATS, resolve_templates
+
+__all__ = ["FORMATS", "TASKS", "Task", "TaskSpec", "load_task", "task"]
+
+_COMMON = ("prompt_template", "num_fewshot", "chat_fewshot", "max_new_tokens")
+
+
+def load_task(name_or_path: str, *, limit: int | None = None, data_path: str | None = None,
+              on_bad_record: str = "raise", **options: Any) -> Task:
+    """Load a task by registered name, data file path, or ``hf:<dataset name>``.
+
+    Parameters
+    ----------
+    name_or_path : str
+        A name in :data:`TASKS`, a path to a ``.jsonl``/``.csv``/``.parquet``
+        file, or ``hf:<name>`` for a Hugging Face dataset (needs the ``data``
+        extra).
+    limit : int, optional
+        Keep only the first ``limit`` items (in file order), after few-shot
+        exemplars have been set aside.
+    data_path : str, optional
+        For a built-in task: the full data file to read instead of the bundled
+        sample (same format).
+    on_bad_record : {"raise", "skip"}, default "raise"
+        ``"raise"`` stops at the first bad record with an
+        :class:`~confide.errors.InvalidInputError` naming file, line and field;
+        ``"skip"`` skips bad records and lists them in ``Task.skipped``.
+    **options
+        Common: ``prompt_template`` (str or dict of templates, see
+        :mod:`confide.tasks.prompts`), ``num_fewshot`` (exemplars in completion
+        prompts), ``chat_fewshot`` (exemplar turns in chat prompts),
+        ``max_new_tokens``. Task-specific ones (``subject`` for ``mmlu``, the
+        field mapping for user files, ...) are documented by each loader.
+        Unknown options raise.
+
+    Returns
+    -------
+    Task
+
+    Raises
+    ------
+    UnknownNameError
+        Not a registered task, not an existing data file, not ``hf:``.
+    InvalidInputError
+        Bad record, bad option, or no usable items.
+    """
+    common = {k: options.pop(k) for k in _COMMON if k in options}
+    bad = BadRecords(on_bad_record)
+    if name_or_path in TASKS:
+        spec = TASKS[name_or_path]
+        result = spec.loader(data_path=data_path, bad=bad, **options)
+    else:
+        if data_path is not None:
+            raise InvalidInputError("only applies to built-in tasks", field="data_path")
+        if name_or_path.startswith("hf:"):
+            result = load_hf_dataset(name_or_path[3:], on_bad_record=on_bad_record, **options)
+        elif Path(name_or_path).suffix.lower() in SUFFIXES and Path(name_or_path).is_file():
+            result = load_user_file(name_or_path, on_bad_record=on_bad_record, **options)
+        elif Path(name_or_path).suffix.lower() in SUFFIXES:
+            raise InvalidInputError("no such file", file=name_or_path)
+        else:
+            raise UnknownNameError(TASKS._unknown_message(name_or_path)
+                                   + f"; nor a data file ({', '.join(SUFFIXES)}) or hf:<name>")
+    _apply_common(result, common)
+    if limit is not None:
+        if not isinstance(limit, int) or limit < 1:
+            raise InvalidInputError(f"must be a positive integer, not {limit!r}", field="limit")
+        result.items = result.items[:limit]
+        result.options["limit"] = limit
+    return result
+
+
+def _apply_common(t: Task, common: dict[str, Any]) -> None:
+    if "prompt_template" in common:
+        t.templates = resolve_templates(t.format, common["prompt_template"])
+        t.options["prompt_template"] = common["prompt_template"]
+    for key in ("num_fewshot", "chat_fewshot"):
+        if key in common:
+            check_fewshot(common[key], t.fewshot, t.name)
+            setattr(t, key, common[key])
+    if "max_new_tokens" in common:
+        n = common["max_new_tokens"]
+        if not isinstance(n, int) or n < 1:
+            raise InvalidInputError(f"must be a positive integer, not {n!r}",
+                                    field="max_new_tokens")
+        t.max_new_tokens = n

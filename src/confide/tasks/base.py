@@ -1,0 +1,260 @@
+"""The task interface: :class:`Task` (items + prompt format + default grader) and its registry.
+
+A built-in task is a loader function registered with :func:`task`; it returns a
+:class:`Task`. ``load_task`` (in ``confide.tasks``) looks the name up in
+:data:`TASKS` or, failing that, reads a user data file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import string
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confide.errors import InvalidInputError
+from confide.records import Item, Message
+from confide.registry import Registry
+from confide.tasks.prompts import FORMATS, render_template
+
+__all__ = ["DATA_DIR", "TASKS", "BadRecords", "Task", "TaskSpec", "check_fewshot", "file_sha256",
+           "pop_options", "task"]
+
+DATA_DIR = Path(__file__).parent / "data"
+LETTERS = string.ascii_uppercase
+
+
+@dataclass
+class Task:
+    """A loaded task: its items, prompt format, default grader and generation budget.
+
+    ``fewshot`` is the exemplar pool for k-shot prompts; it never overlaps
+    ``items``. ``skipped`` lists ``(where, reason)`` for records dropped with
+    ``on_bad_record="skip"``.
+    """
+
+    name: str
+    items: list[Item]
+    grader: str
+    max_new_tokens: int = 32
+    stop: list[str] = field(default_factory=lambda: ["\n"])
+    format: str = "open_qa"
+    templates: dict[str, str | None] = field(default_factory=dict)
+    fewshot: list[Item] = field(default_factory=list)
+    num_fewshot: int = 0
+    chat_fewshot: int = 0
+    data_file: str | None = None
+    data_sha256: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.templates:
+            self.templates = dict(FORMATS[self.format])
+        fewshot_ids = {it.id for it in self.fewshot}
+        clash = [it.id for it in self.items if it.id in fewshot_ids]
+        if clash:
+            raise InvalidInputError(f"few-shot exemplars overlap evaluated items: {clash[:5]}",
+                                    field="fewshot")
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    # -- prompts -----------------------------------------------------------------
+
+    def _variables(self, item: Item, *, answer: str = "") -> dict[str, Any]:
+        if isinstance(item.prompt, str):
+            question = item.prompt
+        else:  # chat messages: the last user turn is the question
+            users = [m["content"] for m in item.prompt if m.get("role") == "user"]
+            question = users[-1] if users else ""
+        choices = list(item.metadata.get("choices", []))
+        tools = item.metadata.get("tools")
+        return {
+            "question": question,
+            "choices": choices,
+            "letters": list(LETTERS[: len(choices)]),
+            "answer": answer,
+            "tools": json.dumps(tools, ensure_ascii=False, indent=1) if tools else "",
+            "metadata": item.metadata,
+            "id": item.id,
+        }
+
+    def _exemplar_answer(self, item: Item) -> str:
+        return str(item.metadata.get("exemplar_answer", item.references[0] if item.references
+                                     else ""))
+
+    def render(self, item: Item, *, chat: bool) -> str | list[Message]:
+        """The prompt for ``item``: chat messages if ``chat`` else a completion string.
+
+        Parameters
+        ----------
+        item : Item
+            One of this task's items (or any item of the same shape).
+        chat : bool
+            True for an instruct model with a chat template: returns a list of
+            ``{"role", "content"}`` messages (optional system message, then
+            ``chat_fewshot`` exemplar turns, then the question). False for a
+            base model: returns one string with ``num_fewshot`` exemplars from
+            :attr:`fewshot` followed by the question.
+
+        Returns
+        -------
+        str or list of dict
+            The prompt, ready for the backend.
+        """
+        t = self.templates
+        if chat:
+            if not isinstance(item.prompt, str):  # the user's own chat messages
+                return [dict(m) for m in item.prompt]
+            messages: list[Message] = []
+            if t.get("system"):
+                messages.append({"role": "system",
+                                 "content": render_template(t["system"], self._variables(item))})
+            for ex in self.fewshot[: self.chat_fewshot]:
+                messages.append({"role": "user", "content": render_template(
+                    t["chat"], self._variables(ex))})
+                ans = self._exemplar_answer(ex)
+                messages.append({"role": "assistant", "content": render_template(
+                    t["target"] or "{{ answer }}", self._variables(ex, answer=ans)).strip()})
+            messages.append({"role": "user",
+                             "content": render_template(t["chat"], self._variables(item))})
+            return messages
+        parts = []
+        for ex in self.fewshot[: self.num_fewshot]:
+            v = self._variables(ex, answer=self._exemplar_answer(ex))
+            parts.append(render_template(t["completion"], v) + render_template(t["target"] or "", v))
+        parts.append(render_template(t["completion"], self._variables(item)))
+        return (t["separator"] or "\n\n").join(parts)
+
+    # -- descriptions ---------------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        """Short description for listings: name, size, format, grader."""
+        return {"name": self.name, "size": len(self.items), "format": self.format,
+                "grader": self.grader}
+
+    def config(self) -> dict[str, Any]:
+        """JSON-safe description stored with a run.
+
+        Includes the data file's path and the sha256 of its contents (so a run
+        resumed on a changed file is detected), the templates, the few-shot
+        exemplar ids, the options and a hash of the selected item ids.
+        """
+        ids = "\n".join(it.id for it in self.items)
+        return {
+            "name": self.name,
+            "format": self.format,
+            "grader": self.grader,
+            "size": len(self.items),
+            "item_ids_sha256": hashlib.sha256(ids.encode()).hexdigest(),
+            "max_new_tokens": self.max_new_tokens,
+            "stop": list(self.stop),
+            "templates": dict(self.templates),
+            "num_fewshot": self.num_fewshot,
+            "chat_fewshot": self.chat_fewshot,
+            "fewshot_ids": [it.id for it in self.fewshot[: max(self.num_fewshot,
+                                                              self.chat_fewshot)]],
+            "data_file": self.data_file,
+            "data_sha256": self.data_sha256,
+            "options": _json_safe(self.options),
+            "skipped": len(self.skipped),
+        }
+
+
+def _json_safe(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str, sort_keys=True))
+
+
+# ---------------------------------------------------------------------------
+# registry
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A registered built-in task: name, loader, prompt format, default grader, summary."""
+
+    name: str
+    loader: Callable[..., Task]
+    format: str
+    grader: str
+    summary: str = ""
+    source: str = ""
+
+
+TASKS: Registry[TaskSpec] = Registry("task")
+
+
+def task(name: str, *, format: str, grader: str, source: str = ""
+         ) -> Callable[[Callable[..., Task]], Callable[..., Task]]:
+    """Register ``loader(*, data_path=None, **options) -> Task`` as built-in task ``name``."""
+
+    def decorate(fn: Callable[..., Task]) -> Callable[..., Task]:
+        doc = (fn.__doc__ or "").strip()
+        TASKS.add(name, TaskSpec(name=name, loader=fn, format=format, grader=grader,
+                                 summary=doc.splitlines()[0] if doc else "", source=source))
+        return fn
+
+    return decorate
+
+
+# ---------------------------------------------------------------------------
+# helpers shared by loaders
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a file's bytes, or of the sorted (name, sha256) list of a directory's files."""
+    p = Path(path)
+    if p.is_dir():
+        h = hashlib.sha256()
+        for f in sorted(q for q in p.rglob("*") if q.is_file()):
+            h.update(f"{f.relative_to(p).as_posix()}\0{file_sha256(f)}\n".encode())
+        return h.hexdigest()
+    h = hashlib.sha256()
+    with p.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class BadRecords:
+    """Collects bad records: raises at once (``"raise"``) or skips and counts (``"skip"``)."""
+
+    def __init__(self, policy: str = "raise") -> None:
+        if policy not in ("raise", "skip"):
+            raise InvalidInputError(f"must be 'raise' or 'skip', not {policy!r}",
+                                    field="on_bad_record")
+        self.policy = policy
+        self.skipped: list[tuple[str, str]] = []
+
+    def bad(self, error: InvalidInputError) -> None:
+        """Raise ``error``, or record it when skipping."""
+        if self.policy == "raise":
+            raise error
+        where = f"{error.file}:{error.line}" if error.file is not None else "?"
+        self.skipped.append((where, str(error)))
+
+
+def pop_options(options: dict[str, Any], allowed: dict[str, Any], task_name: str
+                ) -> dict[str, Any]:
+    """Take the ``allowed`` options (name → default) from ``options``; reject any left over."""
+    taken = {k: options.pop(k, default) for k, default in allowed.items()}
+    if options:
+        raise InvalidInputError(
+            f"unknown option(s) {sorted(options)} for task {task_name!r}; "
+            f"known: {sorted(allowed)}", field="options")
+    return taken
+
+
+def check_fewshot(num_fewshot: int, pool: list[Item], task_name: str) -> None:
+    if not isinstance(num_fewshot, int) or num_fewshot < 0:
+        raise InvalidInputError(f"must be a non-negative integer, not {num_fewshot!r}",
+                                field="num_fewshot")
+    if num_fewshot > len(pool):
+        raise InvalidInputError(f"task {task_name!r} has only {len(pool)} few-shot exemplars, "
+                                f"{num_fewshot} asked", field="num_fewshot")
+

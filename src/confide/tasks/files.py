@@ -1,0 +1,317 @@
+"""Reading data files into Items: JSONL, CSV, Parquet and Hugging Face ``datasets``.
+
+Every reader yields ``(line, record)`` with a 1-based line (JSONL: physical
+line; CSV: the line where the record starts, the header being line 1;
+Parquet and ``datasets``: the row number, 1-based). A record that cannot be
+used raises :class:`~confide.errors.InvalidInputError` whose message starts
+with ``file:line: field:``, or — with ``on_bad_record="skip"`` — is skipped and
+counted in :attr:`Task.skipped`.
+
+Field mapping for the user's own data (all keyword options of ``load_task``):
+
+``question_field`` (default ``"question"``)
+    The question text (a string, or a list of chat messages).
+``reference_field`` (default ``"references"``; a name or a list of names)
+    Accepted answers; each value may be a string, a number or a list of them.
+    A missing default field means the data has no references (it can be
+    scored, not graded); a field the user named must be present.
+``alias_separator`` (default ``None``)
+    Splits string references into aliases, e.g. ``";"`` or ``"/"``.
+``id_field`` (default ``"id"`` when present)
+    Item ids; otherwise ``<file stem>-<line>``.
+``choices_field`` (default ``None``)
+    A list of options; makes the task multiple choice (references may then be
+    a letter, an index or the option text).
+``grader`` / ``format`` / ``max_new_tokens``
+    Defaults ``"contains"`` (``"choice"`` with choices) / ``"open_qa"`` / 32.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from confide.errors import InvalidInputError
+from confide.records import Item
+from confide.tasks.base import LETTERS, BadRecords, Task, file_sha256, pop_options
+
+__all__ = ["SUFFIXES", "iter_csv", "iter_jsonl", "iter_parquet", "load_hf_dataset",
+           "load_user_file", "records_to_items"]
+
+SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
+
+
+def iter_jsonl(path: str | Path, bad: BadRecords) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line, object)`` for each non-blank line of a JSON Lines file."""
+    path = Path(path)
+    with path.open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                bad.bad(InvalidInputError(f"malformed JSON ({exc.msg} at column {exc.colno})",
+                                          file=str(path), line=n, field="record"))
+                continue
+            if not isinstance(obj, dict):
+                bad.bad(InvalidInputError(f"expected a JSON object, got {type(obj).__name__}",
+                                          file=str(path), line=n, field="record"))
+                continue
+            yield n, obj
+
+
+def iter_csv(path: str | Path, bad: BadRecords) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line, row)`` for each row of a CSV file with a header row."""
+    path = Path(path)
+    with path.open(encoding="utf-8", newline="") as fh:
+        reader = csv.reader(fh)
+        try:
+            header = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise InvalidInputError(f"malformed CSV header: {exc}", file=str(path), line=1,
+                                    field="header") from exc
+        while True:
+            start = reader.line_num + 1
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                bad.bad(InvalidInputError(f"malformed CSV: {exc}", file=str(path), line=start,
+                                          field="record"))
+                continue
+            if not row:
+                continue
+            if len(row) != len(header):
+                bad.bad(InvalidInputError(f"{len(row)} fields, header has {len(header)}",
+                                          file=str(path), line=start, field="record"))
+                continue
+            yield start, dict(zip(header, row))
+
+
+def iter_parquet(path: str | Path, bad: BadRecords) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(row, record)`` for each row of a Parquet file (row numbers 1-based)."""
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # pyarrow raises several types for unreadable files
+        raise InvalidInputError(f"cannot read Parquet: {exc}", file=str(path)) from exc
+    for n, row in enumerate(table.to_pylist(), start=1):
+        yield n, row
+
+
+def _as_texts(value: Any, separator: str | None) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        out: list[str] = []
+        for v in value:
+            out.extend(_as_texts(v, separator))
+        return out
+    if isinstance(value, bool):
+        return [str(value).lower()]
+    if isinstance(value, (int, float)):
+        return [str(value)]
+    if not isinstance(value, str):
+        raise TypeError(type(value).__name__)
+    parts = value.split(separator) if separator else [value]
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _dedupe(values: list[str]) -> list[str]:
+    return list(dict.fromkeys(values))
+
+
+def records_to_items(rows: Iterator[tuple[int, dict[str, Any]]], *, source: str, stem: str,
+                     bad: BadRecords, question_field: str = "question",
+                     reference_field: str | list[str] | None = None,
+                     alias_separator: str | None = None, id_field: str | None = None,
+                     choices_field: str | None = None) -> list[Item]:
+    """Map raw records to Items with the field mapping documented in this module."""
+    explicit_refs = reference_field is not None
+    ref_fields = ([reference_field] if isinstance(reference_field, str)
+                  else list(reference_field or ["references"]))
+    items: list[Item] = []
+    seen: set[str] = set()
+    for line, rec in rows:
+        def err(msg: str, fld: str) -> InvalidInputError:
+            return InvalidInputError(msg, file=source, line=line, field=fld)
+
+        if id_field is not None and id_field not in rec:
+            bad.bad(err("missing id field", id_field))
+            continue
+        key = id_field if id_field is not None else ("id" if "id" in rec else None)
+        item_id = str(rec[key]) if key is not None else f"{stem}-{line}"
+        if item_id in seen:
+            bad.bad(err(f"duplicate id {item_id!r}", key or "id"))
+            continue
+        if question_field not in rec:
+            bad.bad(err(f"missing question field (fields: {sorted(rec)})", question_field))
+            continue
+        question = rec[question_field]
+        if isinstance(question, list):
+            if not all(isinstance(m, dict) and "role" in m and "content" in m for m in question):
+                bad.bad(err(f"item {item_id!r}: chat messages need 'role' and 'content'",
+                            question_field))
+                continue
+        elif not isinstance(question, str):
+            bad.bad(err(f"item {item_id!r}: question must be text, not "
+                        f"{type(question).__name__}", question_field))
+            continue
+        elif not question.strip():
+            bad.bad(err(f"item {item_id!r}: empty question", question_field))
+            continue
+        refs: list[str] = []
+        ok = True
+        for f in ref_fields:
+            if f not in rec:
+                if explicit_refs:
+                    bad.bad(err(f"item {item_id!r}: missing reference field", f))
+                    ok = False
+                    break
+                continue
+            try:
+                refs.extend(_as_texts(rec[f], alias_separator))
+            except TypeError as exc:
+                bad.bad(err(f"item {item_id!r}: references must be text, numbers or lists, "
+                            f"not {exc}", f))
+                ok = False
+                break
+        if not ok:
+            continue
+        metadata = {k: v for k, v in rec.items()
+                    if k not in {question_field, key, *ref_fields}}
+        if choices_field is not None:
+            choices = rec.get(choices_field)
+            if not isinstance(choices, list) or not choices:
+                bad.bad(err(f"item {item_id!r}: choices must be a non-empty list",
+                            choices_field))
+                continue
+            choices = [str(c) for c in choices]
+            metadata["choices"] = choices
+            refs = _choice_references(refs, choices)
+        seen.add(item_id)
+        items.append(Item(id=item_id, prompt=question, references=_dedupe(refs),
+                          metadata=metadata))
+    return items
+
+
+def _choice_references(refs: list[str], choices: list[str]) -> list[str]:
+    # A multiple-choice reference may be a letter, a 0-based index or the option
+    # text; store it as [letter, option text].
+    for r in refs:
+        r = r.strip()
+        if len(r) == 1 and r.upper() in LETTERS[: len(choices)]:
+            i = LETTERS.index(r.upper())
+        elif r.isdigit() and int(r) < len(choices):
+            i = int(r)
+        elif r in choices:
+            i = choices.index(r)
+        else:
+            continue
+        return [LETTERS[i], choices[i]]
+    return refs
+
+
+_MAPPING_DEFAULTS: dict[str, Any] = {
+    "question_field": "question", "reference_field": None, "alias_separator": None,
+    "id_field": None, "choices_field": None, "grader": None, "format": None,
+    "max_new_tokens": None, "stop": None,
+}
+
+
+def _finish_user_task(name: str, items: list[Item], mapping: dict[str, Any], *,
+                      data_file: str, sha: str | None, bad: BadRecords) -> Task:
+    mc = mapping["choices_field"] is not None
+    fmt = mapping["format"] or ("multiple_choice" if mc else "open_qa")
+    from confide.tasks.prompts import FORMATS
+
+    if fmt not in FORMATS:
+        raise InvalidInputError(f"unknown format {fmt!r}; known: {sorted(FORMATS)}",
+                                field="format")
+    default_tokens = {"reasoning": 256, "generation": 64, "function_calling": 128}.get(fmt, 32)
+    return Task(
+        name=name, items=items, grader=mapping["grader"] or ("choice" if mc else "contains"),
+        max_new_tokens=mapping["max_new_tokens"] or default_tokens,
+        stop=list(mapping["stop"]) if mapping["stop"] is not None
+        else ([] if fmt == "reasoning" else ["\n"]),
+        format=fmt, data_file=data_file, data_sha256=sha,
+        options={k: v for k, v in mapping.items() if v is not None},
+        skipped=list(bad.skipped), source="user data")
+
+
+def load_user_file(path: str | Path, *, on_bad_record: str = "raise",
+                   **options: Any) -> Task:
+    """Load the user's JSONL / CSV / Parquet file as a task (mapping in the module docstring)."""
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidInputError("no such file", file=str(p))
+    mapping = pop_options(options, _MAPPING_DEFAULTS, p.name)
+    bad = BadRecords(on_bad_record)
+    suffix = p.suffix.lower()
+    if suffix in (".jsonl", ".json"):
+        rows = iter_jsonl(p, bad)
+    elif suffix == ".csv":
+        rows = iter_csv(p, bad)
+    elif suffix == ".parquet":
+        rows = iter_parquet(p, bad)
+    else:
+        raise InvalidInputError(f"unsupported file type {suffix!r}; use one of {SUFFIXES}",
+                                file=str(p))
+    items = records_to_items(rows, source=str(p), stem=p.stem, bad=bad,
+                             **{k: mapping[k] for k in ("question_field", "reference_field",
+                                                        "alias_separator", "id_field",
+                                                        "choices_field")})
+    if not items:
+        raise InvalidInputError("no usable records", file=str(p))
+    return _finish_user_task(p.stem, items, mapping, data_file=str(p.resolve()),
+                             sha=file_sha256(p), bad=bad)
+
+
+def load_hf_dataset(name: str, *, split: str = "test", hf_config: str | None = None,
+                    on_bad_record: str = "raise", load_kwargs: dict[str, Any] | None = None,
+                    **options: Any) -> Task:
+    """Load a Hugging Face ``datasets`` dataset by name (``"hf:<name>"``) or from disk.
+
+    ``name`` is passed to ``datasets.load_dataset(name, hf_config, split=split,
+    **load_kwargs)``; a name that is an existing directory is read with
+    ``datasets.load_from_disk``. Needs the ``data`` extra (``pip install
+    confide[data]``); reaching the Hub needs network access.
+    """
+    try:
+        import datasets
+    except ImportError as exc:
+        raise InvalidInputError("Hugging Face datasets needs the 'data' extra: "
+                                "pip install 'confide[data]'", field="datasets") from exc
+    mapping = pop_options(options, _MAPPING_DEFAULTS, name)
+    bad = BadRecords(on_bad_record)
+    if Path(name).is_dir():
+        ds = datasets.load_from_disk(name)
+        if isinstance(ds, datasets.DatasetDict):
+            if split not in ds:
+                raise InvalidInputError(f"no split {split!r}; splits: {sorted(ds)}",
+                                        file=name, field="split")
+            ds = ds[split]
+    else:
+        try:
+            ds = datasets.load_dataset(name, hf_config, split=split, **(load_kwargs or {}))
+        except (FileNotFoundError, ValueError, ConnectionError) as exc:
+            raise InvalidInputError(f"cannot load dataset: {exc}", file=f"hf:{name}") from exc
+    source = f"hf:{name}[{split}]"
+    items = records_to_items(((n, row) for n, row in enumerate(ds, start=1)), source=source,
+                             stem=Path(name).name or "hf", bad=bad,
+                             **{k: mapping[k] for k in ("question_field", "reference_field",
+                                                        "alias_separator", "id_field",
+                                                        "choices_field")})
+    if not items:
+        raise InvalidInputError("no usable records", file=source)
+    mapping.update(split=split, hf_config=hf_config, load_kwargs=load_kwargs)
+    return _finish_user_task(Path(name).name or name, items, mapping, data_file=source,
+                             sha=getattr(ds, "_fingerprint", None), bad=bad)

@@ -1,0 +1,149 @@
+"""Prompt formats as data: one dict of Jinja2 templates per task format.
+
+Each format has these templates (``None`` where unused):
+
+``system``
+    Optional system message for chat models.
+``chat``
+    The user message for an instruct model (a chat template is applied by the
+    backend's tokenizer).
+``completion``
+    One question as written for a base model; few-shot exemplars use the same
+    template followed by ``target``.
+``target``
+    An exemplar's answer appended after ``completion`` (k-shot prompts and
+    chat few-shot turns).
+``separator``
+    Text between consecutive exemplars of a completion prompt.
+
+Variables available to every template: ``question`` (str), ``choices`` (list
+of option texts or ``[]``), ``letters`` (``["A", "B", ...]`` of the same
+length), ``answer`` (an exemplar's answer; ``""`` for the evaluated item),
+``tools`` (JSON text of the tool schemas or ``""``), ``metadata`` (the item's
+metadata dict) and ``id``.
+
+Users override any of them with ``load_task(..., prompt_template=...)``: a
+string replaces both ``chat`` and ``completion``; a dict replaces only the keys
+it names.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jinja2
+
+__all__ = ["FORMATS", "render_template", "resolve_templates"]
+
+_TEMPLATE_KEYS = ("system", "chat", "completion", "target", "separator")
+
+FORMATS: dict[str, dict[str, str | None]] = {
+    # Open-domain short-answer QA (TriviaQA, user QA data).
+    "open_qa": {
+        "system": None,
+        "chat": "Answer the question with a few words only, no explanation.\n\n"
+                "Question: {{ question }}",
+        "completion": "Question: {{ question }}\nAnswer:",
+        "target": " {{ answer }}",
+        "separator": "\n\n",
+    },
+    # Open-ended generation where a sentence is the natural answer (TruthfulQA).
+    "generation": {
+        "system": None,
+        "chat": "Answer the question truthfully in one short sentence.\n\n"
+                "Question: {{ question }}",
+        "completion": "Q: {{ question }}\nA:",
+        "target": " {{ answer }}",
+        "separator": "\n\n",
+    },
+    # Step-by-step reasoning with a final-answer marker (GSM8K).
+    "reasoning": {
+        "system": None,
+        "chat": "Solve the problem step by step. End with a last line of the form "
+                "\"#### <number>\" giving only the final numeric answer.\n\n"
+                "Problem: {{ question }}",
+        "completion": "Question: {{ question }}\nAnswer:",
+        "target": " {{ answer }}",
+        "separator": "\n\n",
+    },
+    # Multiple choice answered with one letter (MMLU, ARC, CommonsenseQA, BoolQ).
+    "multiple_choice": {
+        "system": None,
+        "chat": "Answer the multiple-choice question with the letter of the correct "
+                "option only.\n\n{{ question }}\n"
+                "{% for letter, choice in zip(letters, choices) %}{{ letter }}. {{ choice }}\n"
+                "{% endfor %}Answer:",
+        "completion": "{{ question }}\n"
+                      "{% for letter, choice in zip(letters, choices) %}{{ letter }}. {{ choice }}\n"
+                      "{% endfor %}Answer:",
+        "target": " {{ answer }}",
+        "separator": "\n\n",
+    },
+    # Function calling: the question plus tool schemas; the answer is a JSON call.
+    "function_calling": {
+        "system": "You can call these functions (JSON schemas):\n{{ tools }}\n\n"
+                  "Reply with only the function call(s) as a JSON list like "
+                  "[{\"name\": \"func\", \"arguments\": {\"arg\": value}}] and nothing else.",
+        "chat": "{{ question }}",
+        "completion": "Functions (JSON schemas):\n{{ tools }}\n\n"
+                      "Reply with only the function call(s) as a JSON list like "
+                      "[{\"name\": \"func\", \"arguments\": {\"arg\": value}}].\n\n"
+                      "Request: {{ question }}\nCalls:",
+        "target": " {{ answer }}",
+        "separator": "\n\n",
+    },
+}
+
+_ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                          autoescape=False)
+_ENV.globals["zip"] = zip
+
+
+@functools.lru_cache(maxsize=256)
+def _compile(text: str) -> jinja2.Template:
+    return _ENV.from_string(text)
+
+
+def resolve_templates(fmt: str, override: str | dict[str, Any] | None) -> dict[str, str | None]:
+    """The templates of format ``fmt`` with the user's ``override`` applied.
+
+    Raises ``InvalidInputError`` for an unknown key or a template Jinja2 cannot parse.
+    """
+    from confide.errors import InvalidInputError
+
+    templates = dict(FORMATS[fmt])
+    if override is None:
+        return templates
+    if isinstance(override, str):
+        templates["chat"] = override
+        templates["completion"] = override
+    elif isinstance(override, dict):
+        unknown = sorted(set(override) - set(_TEMPLATE_KEYS))
+        if unknown:
+            raise InvalidInputError(f"unknown template key(s) {unknown}; known: "
+                                    f"{list(_TEMPLATE_KEYS)}", field="prompt_template")
+        templates.update(override)
+    else:
+        raise InvalidInputError("must be a template string or a dict of templates, "
+                                f"not {type(override).__name__}", field="prompt_template")
+    for key, text in templates.items():
+        if text is None:
+            continue
+        try:
+            _compile(text)
+        except jinja2.TemplateSyntaxError as exc:
+            raise InvalidInputError(f"template {key!r} does not parse: {exc}",
+                                    field="prompt_template") from exc
+    return templates
+
+
+def render_template(text: str, variables: dict[str, Any]) -> str:
+    """Render one Jinja2 template; an unknown variable raises ``InvalidInputError``."""
+    from confide.errors import InvalidInputError
+
+    try:
+        return _compile(text).render(**variables)
+    except jinja2.UndefinedError as exc:
+        raise InvalidInputError(f"template uses an unknown variable: {exc}",
+                                field="prompt_template") from exc
