@@ -80,7 +80,9 @@ class HFBackend:
     def __init__(self, model: str = DEFAULT_MODEL, *, device: str | None = None,
                  batch_size: int = 8, dtype: str | None = None) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
 
+        hf_logging.disable_progress_bar()  # our own progress bar is the one users read
         self.source = resolve_model(model)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.dtype = (getattr(torch, dtype) if dtype else choose_dtype(self.device))

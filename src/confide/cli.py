@@ -1,0 +1,169 @@
+"""The ``confide`` command: parses options, calls :mod:`confide.api`, renders with Rich.
+
+``ConfideError`` is caught only here and printed as ``Type: message`` with exit
+code 1; Ctrl-C keeps what is stored and says how to resume.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from confide.errors import ConfideError
+
+app = typer.Typer(add_completion=False, no_args_is_help=False,
+                  help="confide: tells you when to trust a language model's answer.")
+console = Console()
+err_console = Console(stderr=True)
+
+
+@contextmanager
+def _user_errors() -> Iterator[None]:
+    try:
+        yield
+    except ConfideError as exc:
+        err_console.print(f"[red]{type(exc).__name__}[/red]: {escape(str(exc))}")
+        raise typer.Exit(1) from exc
+
+
+def _progress_bar(label: str) -> tuple[Any, Callable[[int, int], None]]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    from rich.progress import TimeElapsedColumn, TimeRemainingColumn
+
+    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TimeRemainingColumn(), console=err_console, transient=False)
+    task_id = bar.add_task(label, total=None)
+
+    def update(done: int, total: int) -> None:
+        bar.update(task_id, completed=done, total=total)
+
+    return bar, update
+
+
+@app.command()
+def run(
+    model: Annotated[str, typer.Option(help="bundled alias, .gguf file, model dir or hub id")
+                     ] = "smollm2",
+    task: Annotated[str, typer.Option(help="task name or data file (.jsonl/.csv/.parquet)")
+                    ] = "triviaqa",
+    data: Annotated[Optional[str], typer.Option(help="full data file for a built-in task")
+                    ] = None,
+    limit: Annotated[Optional[int], typer.Option(help="number of items (0 = all)")] = 100,
+    max_new_tokens: Annotated[Optional[int], typer.Option(help="answer budget")] = None,
+    scorers: Annotated[Optional[str], typer.Option(help="comma-separated scorer names")] = None,
+    grader: Annotated[Optional[str], typer.Option(help="grader (default: the task's)")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="run directory")] = None,
+    seed: Annotated[int, typer.Option(help="run seed")] = 0,
+    batch_size: Annotated[int, typer.Option(help="rows per forward pass")] = 8,
+    backend: Annotated[str, typer.Option(help="model backend")] = "hf",
+) -> None:
+    """Generate, score, grade and store a run; print how well each scorer predicts correctness."""
+    from confide import api
+    from confide.render import render_eval_table
+    from confide.runner import DEFAULT_SCORERS, RunConfig
+
+    chosen = tuple(s.strip() for s in scorers.split(",") if s.strip()) if scorers \
+        else DEFAULT_SCORERS
+    config = RunConfig(model=model, backend=backend, task=task, data_path=data,
+                       limit=limit or None, scorers=chosen, grader=grader,
+                       max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size)
+    target = out or api.default_run_dir(config)
+    bar, update = _progress_bar(f"{Path(task).stem} × {Path(model).name}")
+    with _user_errors():
+        try:
+            with bar:
+                outcome = api.execute(config, target, progress=update)
+        except KeyboardInterrupt:
+            err_console.print(
+                f"\nInterrupted. Every finished item is stored in {target}.\n"
+                f"Resume with: confide {' '.join(shlex.quote(a) for a in sys.argv[1:])}"
+                + ("" if out else f" --out {shlex.quote(str(target))}"))
+            raise typer.Exit(130) from None
+        result = api.Run(target, outcome=outcome)
+        table = result.table
+    render_eval_table(console, table, title=f"{target}", skipped=result.skipped_scorers)
+    if outcome.generated:
+        rate = outcome.generated_tokens / max(outcome.generation_seconds, 1e-9)
+        console.print(f"generated {outcome.generated} item(s) in "
+                      f"{outcome.generation_seconds:.1f} s ({rate:.0f} tokens/s); "
+                      f"{outcome.total - outcome.generated} resumed from the store")
+    else:
+        console.print(f"all {outcome.total} items were already stored; nothing generated")
+    console.print(f"run stored in {target}")
+
+
+@app.command()
+def scorers() -> None:
+    """List the registered scorers with what they need."""
+    from confide.scorers import SCORERS
+
+    out = Table("scorer", "needs", "cost", "summary")
+    for spec in SCORERS.values():
+        out.add_row(spec.name, ", ".join(sorted(n.value for n in spec.needs)) or "–",
+                    spec.cost.value, spec.summary)
+    console.print(out)
+
+
+@app.command()
+def tasks() -> None:
+    """List the built-in tasks with size, format and default grader."""
+    from confide.tasks import TASKS, load_task
+
+    out = Table("task", "items (bundled)", "format", "grader", "summary")
+    with _user_errors():
+        for spec in TASKS.values():
+            loaded = load_task(spec.name)
+            out.add_row(spec.name, str(len(loaded.items)), spec.format, spec.grader, spec.summary)
+    console.print(out)
+
+
+@app.command()
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="run directory")],
+    fmt: Annotated[str, typer.Option("--format", help="jsonl, csv or parquet")] = "jsonl",
+    out: Annotated[Optional[Path], typer.Option(help="output file")] = None,
+) -> None:
+    """Export a run's records: one row per record, one column per scorer and grader."""
+    from confide import api
+
+    with _user_errors():
+        path = api.open_run(run_dir).export(fmt, out)
+    console.print(f"wrote {path}")
+
+
+@app.command(name="eval")
+def eval_(
+    run_dir: Annotated[Path, typer.Argument(help="run directory")],
+    grader: Annotated[Optional[str], typer.Option(help="grader stored in the run")] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="write the table as JSON")
+                        ] = None,
+) -> None:
+    """Recompute the evaluation table of a stored run (no model, no regeneration)."""
+    from confide import api
+    from confide.render import render_eval_table
+
+    with _user_errors():
+        result = api.open_run(run_dir)
+        table = result.evaluate(grader=grader)
+    render_eval_table(console, table, title=str(run_dir), skipped=result.skipped_scorers)
+    if json_out:
+        json_out.write_text(json.dumps(table.to_dict(), indent=2))
+        console.print(f"wrote {json_out}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

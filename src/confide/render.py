@@ -1,0 +1,48 @@
+"""Rich rendering of tables for the CLI (no numpy, no SQL here)."""
+
+from __future__ import annotations
+
+import math
+
+from rich.console import Console
+from rich.table import Table
+
+from confide.evaluation import EvalTable
+
+__all__ = ["fmt_interval", "render_eval_table"]
+
+
+def fmt_interval(values: tuple[float, float, float], digits: int = 3) -> str:
+    point, low, high = values
+    if math.isnan(point):
+        return "–"
+    if math.isnan(low):
+        return f"{point:.{digits}f}"
+    return f"{point:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def render_eval_table(console: Console, table: EvalTable, *, title: str = "",
+                      skipped: dict[str, str] | None = None) -> None:
+    pct = int(round(table.level * 100))
+    metric_names = list(table.rows[0].metrics) if table.rows else []
+    out = Table(title=title or None, title_justify="left")
+    out.add_column("scorer")
+    for m in metric_names:
+        out.add_column(f"{m.upper()} [{pct}% CI]", justify="right")
+    out.add_column("n", justify="right")
+    out.add_column("NaN", justify="right")
+    for row in sorted(table.rows, key=lambda r: -_sort_key(r.metrics.get("auroc"))):
+        out.add_row(row.scorer, *(fmt_interval(row.metrics[m]) for m in metric_names),
+                    str(row.n), str(row.n_nan) if row.n_nan else "")
+    console.print(out)
+    console.print(f"accuracy ({table.grader}): {fmt_interval(table.accuracy)} "
+                  f"on {table.n_graded} graded of {table.n_items} items")
+    for row in table.rows:
+        for reason, count in row.nan_reasons.items():
+            console.print(f"  {row.scorer}: NaN on {count} item(s): {reason}")
+    for name, reason in (skipped or {}).items():
+        console.print(f"  skipped {name}: {reason}")
+
+
+def _sort_key(values: tuple[float, float, float] | None) -> float:
+    return -math.inf if values is None or math.isnan(values[0]) else values[0]

@@ -1,0 +1,197 @@
+"""The run loop: task → backend → scorers → grader → store, resumable at any point.
+
+Items are processed in fixed blocks of ``batch_size`` in item order, so an
+item's batch neighbours (and with them every floating-point detail of its
+generation) are the same on a first run and on a resume; sampling seeds come
+from (run seed, item id). A block is regenerated on resume only if one of its
+items is missing, and only the missing ones are stored.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confide.backends.base import BACKENDS, Backend, GenerationSpec, item_seed
+from confide.backends.models import DEFAULT_MODEL
+from confide.errors import ConfigMismatch, InvalidInputError
+from confide.grading import GRADERS, grade
+from confide.records import Item, Record
+from confide.registry import load_object
+from confide.scorers import SCORERS, Need, ScorerSpec, ScoringContext, run_scorer
+from confide.store import RunStore, config_differences
+from confide.tasks import Task, load_task
+
+__all__ = ["DEFAULT_SCORERS", "RunConfig", "RunOutcome", "execute", "load_backend",
+           "plan_scorers", "score_record"]
+
+DEFAULT_SCORERS = ("msp", "mean_logprob", "min_logprob", "mean_entropy", "max_entropy",
+                   "self_certainty", "length")
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that determines a run's numbers (stored with the run)."""
+
+    model: str = DEFAULT_MODEL
+    backend: str = "hf"
+    task: str = "triviaqa"
+    data_path: str | None = None
+    limit: int | None = 100
+    scorers: tuple[str, ...] = DEFAULT_SCORERS
+    grader: str | None = None
+    max_new_tokens: int | None = None
+    n_samples: int | None = None
+    temperature: float = 1.0
+    top_p: float = 0.9
+    hidden_layers: tuple[int, ...] = ()
+    batch_size: int = 8
+    seed: int = 0
+    task_options: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["scorers"] = list(self.scorers)
+        d["hidden_layers"] = list(self.hidden_layers)
+        return d
+
+
+@dataclass
+class RunOutcome:
+    """What :func:`execute` did: stored items, newly generated ones, skipped scorers."""
+
+    path: Path
+    task: Task
+    total: int
+    generated: int
+    skipped_scorers: dict[str, str]
+    generation_seconds: float = 0.0
+    generated_tokens: int = 0
+
+
+def load_backend(name: str, model: str, **options: Any) -> Backend:
+    """Instantiate a registered backend by name (lazy import of its module)."""
+    cls = load_object(BACKENDS[name])
+    return cls(model, **options)  # type: ignore[operator]
+
+
+def plan_scorers(names: tuple[str, ...], capabilities: frozenset[str]
+                 ) -> tuple[list[ScorerSpec], dict[str, str]]:
+    """Split chosen scorers into those the backend can feed and those skipped (with why)."""
+    usable, skipped = [], {}
+    for name in names:
+        spec = SCORERS[name]
+        missing = sorted(n.value for n in spec.needs
+                         if n.value not in capabilities and n is not Need.TRAINING)
+        if missing:
+            skipped[name] = f"backend cannot give {', '.join(missing)}"
+        else:
+            usable.append(spec)
+    return usable, skipped
+
+
+def score_record(record: Record, scorers: list[ScorerSpec], ctx: ScoringContext) -> None:
+    """Fill ``record.scores`` (NaN with a reason where a scorer cannot answer)."""
+    for spec in scorers:
+        value, reason = run_scorer(spec, record, ctx)
+        record.scores[spec.name] = value
+        if reason is not None:
+            record.score_errors[spec.name] = reason
+
+
+def _grade_record(record: Record, grader: str) -> None:
+    if record.item.references:  # items without references can be scored, not graded
+        record.grades[grader] = grade(record.greedy.text, record.item, grader)
+
+
+def _identity(config: RunConfig, task: Task) -> dict[str, Any]:
+    d = config.to_dict()
+    d["task"] = task.config()
+    d["grader"] = config.grader or task.grader
+    return d
+
+
+def execute(config: RunConfig, out: str | Path, *, backend: Backend | None = None,
+            progress: Progress | None = None) -> RunOutcome:
+    """Generate, score, grade and store every item of the run not stored yet."""
+    for name in config.scorers:  # fail on a typo before loading anything
+        SCORERS[name]
+    task = load_task(config.task, limit=config.limit, data_path=config.data_path,
+                     **config.task_options)
+    grader = config.grader or task.grader
+    GRADERS[grader]
+    for item in task.items:
+        _check_question(item)
+    store = RunStore.open(out, _identity(config, task))
+    try:
+        done = store.done_ids()
+        total = len(task.items)
+        if progress:
+            progress(len(done & {it.id for it in task.items}), total)
+        todo = [it for it in task.items if it.id not in done]
+        if not todo:
+            skipped = store.get_meta("skipped_scorers", {})
+            return RunOutcome(Path(out), task, total, 0, skipped)
+        if backend is None:
+            backend = load_backend(config.backend, config.model, batch_size=config.batch_size)
+        _check_backend(store, backend)
+        usable, skipped = plan_scorers(config.scorers, backend.capabilities)
+        store.set_meta("skipped_scorers", skipped)
+        n_samples = config.n_samples if config.n_samples is not None else max(
+            [s.n_samples for s in usable], default=0)
+        spec = GenerationSpec(
+            max_new_tokens=config.max_new_tokens or task.max_new_tokens,
+            stop=tuple(task.stop), n_samples=n_samples, temperature=config.temperature,
+            top_p=config.top_p, hidden_layers=tuple(config.hidden_layers))
+        ctx = ScoringContext(backend=backend, options={"seed": config.seed})
+        outcome = RunOutcome(Path(out), task, total, 0, skipped)
+        stored = total - len(todo)
+        for start in range(0, total, config.batch_size):
+            block = task.items[start:start + config.batch_size]
+            if all(it.id in done for it in block):
+                continue
+            began = time.perf_counter()
+            results = backend.generate([task.render(it, chat=backend.has_chat_template)
+                                        for it in block], spec,
+                                       [item_seed(config.seed, it.id) for it in block])
+            seconds = time.perf_counter() - began
+            outcome.generation_seconds += seconds
+            for offset, (item, result) in enumerate(zip(block, results, strict=True)):
+                if item.id in done or result.greedy is None:
+                    continue
+                record = Record(item=item, greedy=result.greedy, samples=result.samples,
+                                seconds=seconds / len(block))
+                outcome.generated_tokens += record.greedy.n_tokens + sum(
+                    s.n_tokens for s in record.samples)
+                score_record(record, usable, ctx)
+                _grade_record(record, grader)
+                if store.put(record, start + offset):
+                    stored += 1
+                    outcome.generated += 1
+            if progress:
+                progress(stored, total)
+        return outcome
+    finally:
+        store.close()
+
+
+def _check_question(item: Item) -> None:
+    prompt = item.prompt
+    text = prompt if isinstance(prompt, str) else " ".join(m.get("content", "") for m in prompt)
+    if not text.strip():
+        raise InvalidInputError(f"item {item.id!r} has an empty question", field="question")
+
+
+def _check_backend(store: RunStore, backend: Backend) -> None:
+    wanted = backend.config()
+    stored = store.get_meta("backend")
+    if stored is None:
+        store.set_meta("backend", wanted)
+    elif stored != wanted:
+        raise ConfigMismatch(f"{store.path} was generated by another model setup:\n  "
+                             + "\n  ".join(config_differences(stored, wanted)))
