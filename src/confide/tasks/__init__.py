@@ -90,7 +90,7 @@ def load_task(name_or_path: str, *, limit: int | None = None, data_path: str | N
 
 def _apply_common(t: Task, common: dict[str, Any]) -> None:
     if "prompt_template" in common:
-        t.templates = resolve_templates(t.format, common["prompt_template"])
+        t.templates = resolve_templates(t.format, common["prompt_template"], base=t.templates)
         t.options["prompt_template"] = common["prompt_template"]
     for key in ("num_fewshot", "chat_fewshot"):
         if key in common:

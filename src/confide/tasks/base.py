@@ -32,7 +32,8 @@ class Task:
     """A loaded task: its items, prompt format, default grader and generation budget.
 
     ``fewshot`` is the exemplar pool for k-shot prompts; it never overlaps
-    ``items``. ``skipped`` lists ``(where, reason)`` for records dropped with
+    ``items``. With ``fewshot_key`` set (e.g. ``"subject"``), an item's
+    exemplars are the first ones whose ``metadata[fewshot_key]`` equals its own. ``skipped`` lists ``(where, reason)`` for records dropped with
     ``on_bad_record="skip"``.
     """
 
@@ -46,6 +47,7 @@ class Task:
     fewshot: list[Item] = field(default_factory=list)
     num_fewshot: int = 0
     chat_fewshot: int = 0
+    fewshot_key: str | None = None
     data_file: str | None = None
     data_sha256: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
@@ -108,28 +110,41 @@ class Task:
             The prompt, ready for the backend.
         """
         t = self.templates
+        variables = self._variables(item)
+        header = render_template(t["header"], variables) if t.get("header") else ""
         if chat:
             if not isinstance(item.prompt, str):  # the user's own chat messages
                 return [dict(m) for m in item.prompt]
             messages: list[Message] = []
             if t.get("system"):
                 messages.append({"role": "system",
-                                 "content": render_template(t["system"], self._variables(item))})
-            for ex in self.fewshot[: self.chat_fewshot]:
+                                 "content": render_template(t["system"], variables)})
+            for ex in self.exemplars(item, self.chat_fewshot):
                 messages.append({"role": "user", "content": render_template(
                     t["chat"], self._variables(ex))})
                 ans = self._exemplar_answer(ex)
                 messages.append({"role": "assistant", "content": render_template(
                     t["target"] or "{{ answer }}", self._variables(ex, answer=ans)).strip()})
-            messages.append({"role": "user",
-                             "content": render_template(t["chat"], self._variables(item))})
+            messages.append({"role": "user", "content": render_template(t["chat"], variables)})
+            first_user = next(m for m in messages if m["role"] == "user")
+            first_user["content"] = header + first_user["content"]
             return messages
         parts = []
-        for ex in self.fewshot[: self.num_fewshot]:
+        for ex in self.exemplars(item, self.num_fewshot):
             v = self._variables(ex, answer=self._exemplar_answer(ex))
             parts.append(render_template(t["completion"], v) + render_template(t["target"] or "", v))
-        parts.append(render_template(t["completion"], self._variables(item)))
-        return (t["separator"] or "\n\n").join(parts)
+        parts.append(render_template(t["completion"], variables))
+        return header + (t["separator"] or "\n\n").join(parts)
+
+    def exemplars(self, item: Item, k: int) -> list[Item]:
+        """The first ``k`` exemplars for ``item`` (same ``fewshot_key`` value when set)."""
+        if k <= 0:
+            return []
+        pool = self.fewshot
+        if self.fewshot_key is not None:
+            key = item.metadata.get(self.fewshot_key)
+            pool = [ex for ex in pool if ex.metadata.get(self.fewshot_key) == key]
+        return pool[:k]
 
     # -- descriptions ---------------------------------------------------------------
 
@@ -157,8 +172,10 @@ class Task:
             "templates": dict(self.templates),
             "num_fewshot": self.num_fewshot,
             "chat_fewshot": self.chat_fewshot,
-            "fewshot_ids": [it.id for it in self.fewshot[: max(self.num_fewshot,
-                                                              self.chat_fewshot)]],
+            "fewshot_key": self.fewshot_key,
+            "fewshot_ids": sorted({ex.id for it in self.items
+                                   for ex in self.exemplars(it, max(self.num_fewshot,
+                                                                    self.chat_fewshot))}),
             "data_file": self.data_file,
             "data_sha256": self.data_sha256,
             "options": _json_safe(self.options),

@@ -4,6 +4,9 @@ Each format has these templates (``None`` where unused):
 
 ``system``
     Optional system message for chat models.
+``header``
+    Optional text before a completion prompt's exemplars (and at the start of
+    the chat user message), rendered with the evaluated item's variables.
 ``chat``
     The user message for an instruct model (a chat template is applied by the
     backend's tokenizer).
@@ -36,12 +39,13 @@ import jinja2
 
 __all__ = ["FORMATS", "render_template", "resolve_templates"]
 
-_TEMPLATE_KEYS = ("system", "chat", "completion", "target", "separator")
+_TEMPLATE_KEYS = ("system", "header", "chat", "completion", "target", "separator")
 
 FORMATS: dict[str, dict[str, str | None]] = {
     # Open-domain short-answer QA (TriviaQA, user QA data).
     "open_qa": {
         "system": None,
+        "header": None,
         "chat": "Answer the question with a few words only, no explanation.\n\n"
                 "Question: {{ question }}",
         "completion": "Question: {{ question }}\nAnswer:",
@@ -51,6 +55,7 @@ FORMATS: dict[str, dict[str, str | None]] = {
     # Open-ended generation where a sentence is the natural answer (TruthfulQA).
     "generation": {
         "system": None,
+        "header": None,
         "chat": "Answer the question truthfully in one short sentence.\n\n"
                 "Question: {{ question }}",
         "completion": "Q: {{ question }}\nA:",
@@ -60,6 +65,7 @@ FORMATS: dict[str, dict[str, str | None]] = {
     # Step-by-step reasoning with a final-answer marker (GSM8K).
     "reasoning": {
         "system": None,
+        "header": None,
         "chat": "Solve the problem step by step. End with a last line of the form "
                 "\"#### <number>\" giving only the final numeric answer.\n\n"
                 "Problem: {{ question }}",
@@ -70,6 +76,7 @@ FORMATS: dict[str, dict[str, str | None]] = {
     # Multiple choice answered with one letter (MMLU, ARC, CommonsenseQA, BoolQ).
     "multiple_choice": {
         "system": None,
+        "header": None,
         "chat": "Answer the multiple-choice question with the letter of the correct "
                 "option only.\n\n{{ question }}\n"
                 "{% for letter, choice in zip(letters, choices) %}{{ letter }}. {{ choice }}\n"
@@ -82,6 +89,7 @@ FORMATS: dict[str, dict[str, str | None]] = {
     },
     # Function calling: the question plus tool schemas; the answer is a JSON call.
     "function_calling": {
+        "header": None,
         "system": "You can call these functions (JSON schemas):\n{{ tools }}\n\n"
                   "Reply with only the function call(s) as a JSON list like "
                   "[{\"name\": \"func\", \"arguments\": {\"arg\": value}}] and nothing else.",
@@ -105,14 +113,17 @@ def _compile(text: str) -> jinja2.Template:
     return _ENV.from_string(text)
 
 
-def resolve_templates(fmt: str, override: str | dict[str, Any] | None) -> dict[str, str | None]:
-    """The templates of format ``fmt`` with the user's ``override`` applied.
+def resolve_templates(fmt: str, override: str | dict[str, Any] | None,
+                      base: dict[str, str | None] | None = None) -> dict[str, str | None]:
+    """The templates of format ``fmt`` (updated by a task's ``base``) with the user's ``override``.
 
     Raises ``InvalidInputError`` for an unknown key or a template Jinja2 cannot parse.
     """
     from confide.errors import InvalidInputError
 
     templates = dict(FORMATS[fmt])
+    if base is not None:
+        templates.update(base)
     if override is None:
         return templates
     if isinstance(override, str):
