@@ -283,3 +283,11 @@ def test_embedding_grader_paraphrase_and_threshold():
     assert v.shape == (2, 384) and float(v[0] @ v[1]) == pytest.approx(1.0, abs=1e-5)
     with pytest.raises(InvalidInputError, match="threshold"):
         embedding("x", it, threshold=1.5)
+
+
+def test_ast_null_and_empty_allowed_values_are_optional():
+    it = Item("fc6", "?", ['[{"f": {"a": [1], "b": [null], "c": []}}]'])
+    assert ast_match("f(a=1)", it) == 1.0
+    assert ast_match("f(a=1, b=None)", it) == 1.0
+    assert ast_match("f(a=1, b=2)", it) == 0.0
+    assert ast_match("f(a=1, c=[1])", it) == 0.0

@@ -161,3 +161,220 @@ def test_user_jsonl_skip_bad_records_counts_them(tmp_path):
     assert task.config()["skipped"] == 2
     with pytest.raises(InvalidInputError, match="on_bad_record"):
         load_task(p, on_bad_record="ignore")
+
+
+def test_user_csv_mapping_aliases_and_bad_row(tmp_path):
+    p = write(tmp_path / "qa.csv",
+              'id,q,answer,alt\n'
+              'a,"Capital of\nFrance?",Paris,Paree/City of Light\n'
+              'b,Largest planet?,Jupiter,\n')
+    task = load_task(p, question_field="q", reference_field=["answer", "alt"],
+                     alias_separator="/", grader="exact", max_new_tokens=8)
+    assert [it.id for it in task.items] == ["a", "b"]
+    assert task.items[0].prompt == "Capital of\nFrance?"
+    assert task.items[0].references == ["Paris", "Paree", "City of Light"]
+    assert task.items[1].references == ["Jupiter"]
+    assert task.grader == "exact" and task.max_new_tokens == 8
+    bad = write(tmp_path / "bad.csv", 'question,references\n"multi\nline",x\nq2,y,extra\n')
+    with pytest.raises(InvalidInputError, match=r"bad.csv:4: record: 3 fields"):
+        load_task(bad)
+    with pytest.raises(InvalidInputError, match=r"qa.csv:2: nope: item 'a': missing reference"):
+        load_task(p, question_field="q", reference_field="nope")
+
+
+def test_user_parquet_and_multiple_choice_mapping(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"question": ["Sky colour?", "Two plus two?"],
+                      "options": [["red", "blue"], ["3", "4", "5"]],
+                      "gold": ["blue", "B"]})
+    path = tmp_path / "mc.parquet"
+    pq.write_table(table, path)
+    task = load_task(str(path), reference_field="gold", choices_field="options")
+    assert task.format == "multiple_choice" and task.grader == "choice"
+    assert [it.references for it in task.items] == [["B", "blue"], ["B", "4"]]
+    assert task.render(task.items[1], chat=False) == "Two plus two?\nA. 3\nB. 4\nC. 5\nAnswer:"
+    with pytest.raises(InvalidInputError, match=r"mc.parquet:1: nope: missing question"):
+        load_task(str(path), question_field="nope")
+
+
+def test_user_chat_message_prompts(tmp_path):
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi?"}]
+    p = write(tmp_path / "chat.jsonl", json.dumps({"question": msgs}) + "\n")
+    task = load_task(p)
+    assert task.render(task.items[0], chat=True) == msgs
+    assert task.render(task.items[0], chat=False) == "Question: Hi?\nAnswer:"
+    assert task.items[0].references == []
+
+
+def test_user_file_errors(tmp_path):
+    with pytest.raises(InvalidInputError, match="missing.jsonl: no such file"):
+        load_task(str(tmp_path / "missing.jsonl"))
+    p = write(tmp_path / "empty.jsonl", "\n")
+    with pytest.raises(InvalidInputError, match="no usable records"):
+        load_task(p)
+    p = write(tmp_path / "dup.jsonl", '{"id": 1, "question": "a"}\n{"id": 1, "question": "b"}\n')
+    with pytest.raises(InvalidInputError, match=r"dup.jsonl:2: id: duplicate id '1'"):
+        load_task(p)
+    p = write(tmp_path / "arr.jsonl", '[1, 2]\n')
+    with pytest.raises(InvalidInputError, match=r"arr.jsonl:1: record: expected a JSON object"):
+        load_task(p)
+    with pytest.raises(InvalidInputError, match="data_path"):
+        load_task(p, data_path="x")
+
+
+def test_hf_datasets_json_offline(tmp_path, monkeypatch):
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    data = write(tmp_path / "d.jsonl", '{"question": "2+2?", "answer": "4"}\n'
+                                       '{"question": "Capital of Peru?", "answer": "Lima"}\n')
+    task = load_task("hf:json", split="train", reference_field="answer",
+                     load_kwargs={"data_files": data, "cache_dir": str(tmp_path / "cache")})
+    assert [it.prompt for it in task.items] == ["2+2?", "Capital of Peru?"]
+    assert task.items[1].references == ["Lima"] and task.data_sha256
+    # a dataset saved to disk
+    ds = datasets.Dataset.from_dict({"question": ["a?", ""], "references": [["x"], ["y"]]})
+    ds.save_to_disk(str(tmp_path / "saved"))
+    with pytest.raises(InvalidInputError, match=r"saved\[test\]:2: question: item 'saved-2'"):
+        load_task(f"hf:{tmp_path / 'saved'}")
+    task = load_task(f"hf:{tmp_path / 'saved'}", on_bad_record="skip")
+    assert len(task.items) == 1 and len(task.skipped) == 1
+
+
+# -- built-in task specifics ----------------------------------------------------------
+
+
+def test_gsm8k_references_and_exemplars_grade_correct():
+    from confide.grading import grade
+
+    task = load_task("gsm8k")
+    assert task.items[0].references == ["18"] and task.max_new_tokens >= 256
+    for it in task.items + task.fewshot:
+        assert grade(it.metadata["exemplar_answer"], it, "numeric") == 1.0
+        assert "<<" not in it.metadata["exemplar_answer"]
+    text = task.render(task.items[0], chat=False)
+    assert text.count("####") == 4 and text.endswith("Answer:")
+    assert "####" in task.render(task.items[0], chat=True)[0]["content"]
+
+
+def test_truthfulqa_correct_and_incorrect_references():
+    task = load_task("truthfulqa", limit=1)
+    it = task.items[0]
+    assert it.references[0] == "The watermelon seeds pass through your digestive system"
+    assert "You grow watermelons in your stomach" in it.metadata["incorrect"]
+    assert not set(it.references) & set(it.metadata["incorrect"])
+
+
+@pytest.mark.parametrize("name", ["mmlu", "commonsense_qa", "arc_easy", "boolq"])
+def test_multiple_choice_items_grade_their_reference(name):
+    from confide.grading import choice
+
+    task = load_task(name)
+    assert task.grader == "choice"
+    for it in task.items:
+        letter, text = it.references
+        assert it.metadata["choices"][ord(letter) - 65] == text
+        assert choice(letter, it) == 1.0
+        text_rendered = task.render(it, chat=False)
+        assert f"\n{letter}. " in text_rendered and text_rendered.endswith("Answer:")
+
+
+def test_boolq_and_commonsense_formats():
+    assert load_task("boolq", limit=1).items[0].metadata["choices"] == ["no", "yes"]
+    it = load_task("commonsense_qa", limit=1).items[0]
+    assert it.prompt.startswith("A revolving door") and it.metadata["choices"][0] == "bank"
+
+
+def test_mmlu_subject_filter_and_same_subject_exemplars():
+    task = load_task("mmlu", subject="anatomy")
+    assert {it.metadata["subject"] for it in task.items} == {"anatomy"} and len(task.items) == 5
+    text = task.render(task.items[0], chat=False)
+    assert text.startswith("The following are multiple choice questions (with answers) "
+                           "about anatomy.")
+    assert all(ex.metadata["subject"] == "anatomy" for ex in task.exemplars(task.items[0], 5))
+    assert text.count("Answer:") == 6
+    both = load_task("mmlu", subject=["anatomy", "virology"])
+    assert len(both.items) == 10
+    with pytest.raises(InvalidInputError, match="Did you mean 'anatomy'"):
+        load_task("mmlu", subject="anatomi")
+
+
+def is_spec(value):
+    return isinstance(value, dict) and value and all(isinstance(x, list) for x in value.values())
+
+
+def first_allowed(spec):
+    """A concrete call built from the first allowed value of each non-optional argument."""
+    out = {}
+    for key, allowed in spec.items():
+        value = next((v for v in allowed if v != ""), "")
+        if value == "":
+            continue  # optional, omitted
+        if is_spec(value):
+            value = first_allowed(value)
+        elif isinstance(value, list):
+            value = [first_allowed(v) if is_spec(v) else v for v in value]
+        out[key] = value
+    return out
+
+
+def test_bfcl_items_tools_and_ground_truth_self_match():
+    from confide.grading import ast_match
+
+    task = load_task("bfcl")
+    assert {it.metadata["category"] for it in task.items} == {
+        "simple_python", "multiple", "parallel", "parallel_multiple", "live_simple"}
+    for it in task.items:
+        assert it.metadata["tools"] and json.loads(it.references[0]) == it.metadata["ground_truth"]
+        calls = [{"name": name, "arguments": first_allowed(args)}
+                 for call in it.metadata["ground_truth"] for name, args in call.items()]
+        assert ast_match(json.dumps(calls), it) == 1.0, it.id
+    msgs = task.render(task.items[0], chat=True)
+    assert msgs[0]["role"] == "system" and "calculate_triangle_area" in msgs[0]["content"]
+    assert msgs[-1] == {"role": "user", "content": task.items[0].prompt}
+    assert len(load_task("bfcl", category="parallel").items) == 50
+    with pytest.raises(InvalidInputError, match="category"):
+        load_task("bfcl", category="multi_turn")
+
+
+SHARED = Path("/work/shared/data")
+FULL = {
+    "triviaqa": ("triviaqa/triviaqa_sm_sub.jsonl", 2995),
+    "gsm8k": ("gsm8k/test.jsonl", 1311),
+    "truthfulqa": ("truthfulqa/TruthfulQA.csv", 817),
+    "mmlu": ("mmlu", 14042),
+    "commonsense_qa": ("commonsense_qa/commonsense_qa.jsonl", 1216),
+    "arc_easy": ("arc/arc_easy.jsonl", 2371),
+    "boolq": ("boolq/boolq.jsonl", 3265),
+    "bfcl": ("bfcl", 400 + 200 + 200 + 200 + 258 + 1053 + 16 + 24),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FULL))
+def test_builtin_task_reads_full_shared_file(name):
+    rel, size = FULL[name]
+    if not (SHARED / rel).exists():
+        pytest.skip("shared data not present")
+    task = load_task(name, data_path=str(SHARED / rel))
+    assert len(task.items) == size and not task.skipped
+
+
+def test_every_builtin_task_is_tested_on_full_data():
+    assert set(FULL) == set(TASKS)
+
+
+def test_bfcl_full_ground_truth_self_match_json_and_python():
+    from confide.grading import ast_match
+
+    if not (SHARED / "bfcl").exists():
+        pytest.skip("shared data not present")
+    for it in load_task("bfcl", data_path=str(SHARED / "bfcl")).items:
+        calls = [(name, first_allowed(args))
+                 for call in it.metadata["ground_truth"] for name, args in call.items()]
+        as_json = json.dumps([{"name": n, "arguments": a} for n, a in calls])
+        as_python = "[" + ", ".join(
+            f"{n}(" + ", ".join(f"{k}={v!r}" for k, v in a.items()) + ")" for n, a in calls) + "]"
+        assert ast_match(as_json, it) == 1.0, it.id
+        assert ast_match(as_python, it) == 1.0, it.id

@@ -834,7 +834,9 @@ def _args_match(args: dict[str, Any], spec: dict[str, list[Any]]) -> bool:
         return False  # an argument the ground truth does not know
     for key, allowed in spec.items():
         if key not in args:
-            if "" not in allowed:  # "" marks an optional argument
+            # "" marks an optional argument; null (the default) or no allowed value
+            # at all can only be met by leaving the argument out
+            if allowed and "" not in allowed and None not in allowed:
                 return False
         elif not any(_value_matches(args[key], a) for a in allowed if a != ""
                      ) and not (args[key] == "" and "" in allowed):
@@ -867,8 +869,8 @@ def ast_match(answer: str, item: Item) -> float:
 
     A call's arguments satisfy the allowed values when it has no argument the
     ground truth does not list, every argument it gives matches one allowed
-    value, and every argument it omits is optional (``""`` among its allowed
-    values). Strings match case-insensitively ignoring spaces and ``,./-_*^``
+    value, and every argument it omits is optional (``""`` or ``null`` among
+    its allowed values, or an empty list of allowed values). Strings match case-insensitively ignoring spaces and ``,./-_*^``
     (as BFCL does); numbers match numerically (an int is accepted for a
     float); lists element-wise; nested objects recursively. Parallel calls
     match in any order.
