@@ -72,6 +72,7 @@ class RunOutcome:
     skipped_scorers: dict[str, str]
     generation_seconds: float = 0.0
     generated_tokens: int = 0
+    failures: dict[str, str] = field(default_factory=dict)  # item id → error (retried on resume)
 
 
 def load_backend(name: str, model: str, **options: Any) -> Backend:
@@ -162,7 +163,12 @@ def execute(config: RunConfig, out: str | Path, *, backend: Backend | None = Non
             seconds = time.perf_counter() - began
             outcome.generation_seconds += seconds
             for offset, (item, result) in enumerate(zip(block, results, strict=True)):
-                if item.id in done or result.greedy is None:
+                if item.id in done:
+                    continue
+                if result.greedy is None:  # the backend gave up on it: keep why, retry on resume
+                    error = result.error or "the backend returned no answer"
+                    store.record_failure(item.id, error)
+                    outcome.failures[item.id] = error
                     continue
                 record = Record(item=item, greedy=result.greedy, samples=result.samples,
                                 seconds=seconds / len(block))

@@ -46,10 +46,16 @@ class GenerationSpec:
 
 @dataclass
 class GenerationResult:
-    """What one prompt produced: its greedy answer and its samples."""
+    """What one prompt produced: its greedy answer and its samples.
+
+    A backend that could not produce a prompt's answers (an HTTP backend after
+    all retries) returns ``greedy=None`` with ``error`` saying why; the runner
+    records the failure and a resumed run retries the item.
+    """
 
     greedy: Generation | None
     samples: list[Generation] = field(default_factory=list)
+    error: str | None = None
 
 
 @runtime_checkable
@@ -77,3 +83,4 @@ def item_seed(run_seed: int, item_id: str) -> int:
 
 BACKENDS: Registry[str] = Registry("backend")
 BACKENDS.add("hf", "confide.backends.hf:HFBackend")
+BACKENDS.add("openai", "confide.backends.openai:OpenAIBackend")

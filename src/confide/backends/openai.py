@@ -1,0 +1,493 @@
+"""The ``openai`` backend: any OpenAI-compatible chat-completions server over HTTP.
+
+Hosted APIs, vLLM's server and llama.cpp's server all speak this protocol. Each
+prompt becomes one greedy request (``temperature=0``) and, when samples are
+wanted, one request with ``n`` samples; both ask for ``logprobs`` and
+``top_logprobs`` when the server offers them. Servers that return fewer than
+``n`` choices (llama.cpp ignores ``n``) are asked for the rest one sample at a
+time, seeded ``seed + j``, so what an item gets never depends on its
+neighbours.
+
+What the server gives decides :attr:`OpenAIBackend.capabilities`:
+``token_logprobs`` and ``top_logprobs`` when it returns log-probabilities
+(found by one small probe request unless ``logprobs`` is set), never
+``token_entropies`` or ``token_kl_uniform``: an API's top-k alternatives are
+not the full next-token distribution. The runner skips scorers that need more
+and stores which and why.
+
+Requests run concurrently up to ``concurrency``, each with a ``timeout``.
+Timeouts, connection errors, 5xx answers, 429 answers (waiting what
+``Retry-After`` asks), and truncated or malformed bodies are retried with
+exponential backoff up to ``max_retries`` times; other 4xx answers are not.
+A prompt that still fails comes back as ``GenerationResult(greedy=None,
+error=...)``: the runner records it as a failure and a resumed run retries it.
+
+The API key is read from the environment variable named by ``api_key_env`` and
+sent only in the ``Authorization`` header: it is never logged, never part of
+:meth:`OpenAIBackend.config` (which is stored with a run), and is masked in
+every error message built from a server's reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import email.utils
+import logging
+import math
+import os
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import numpy as np
+
+from confide.backends.base import GenerationResult, GenerationSpec, Prompt
+from confide.errors import BackendError, BackendTimeout, InvalidInputError, RateLimited
+from confide.records import Generation, Message
+
+__all__ = ["OpenAIBackend"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+MAX_TOP_LOGPROBS = 20  # the OpenAI API's limit on top_logprobs
+
+
+class _Secret:
+    """Holds the API key; its repr never shows it (tracebacks print locals)."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str | None) -> None:
+        self._value = value or None
+
+    @property
+    def value(self) -> str | None:
+        return self._value
+
+    def mask(self, text: str) -> str:
+        return text.replace(self._value, "***") if self._value else text
+
+    def __repr__(self) -> str:
+        return "<secret>" if self._value else "<no secret>"
+
+
+class _BearerAuth(httpx.Auth):
+    def __init__(self, secret: _Secret) -> None:
+        self._secret = secret
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        if self._secret.value:
+            request.headers["Authorization"] = f"Bearer {self._secret.value}"
+        yield request
+
+
+class _Malformed(Exception):
+    """A 200 reply that cannot be used (bad JSON, missing fields, missing logprobs)."""
+
+
+@dataclass
+class _Session:
+    client: httpx.AsyncClient
+    limit: asyncio.Semaphore
+
+
+def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine from synchronous code, also when an event loop is already running."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # e.g. inside a notebook
+        return pool.submit(asyncio.run, coro).result()
+
+
+def _public_url(url: str) -> str:
+    """The URL without user:password, query or fragment (safe to store and print)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """Seconds asked by a ``Retry-After`` header (delta-seconds or an HTTP date)."""
+    value = response.headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _as_messages(prompt: Prompt) -> list[Message]:
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    return [dict(m) for m in prompt]
+
+
+class OpenAIBackend:
+    """A model behind an OpenAI-compatible ``/chat/completions`` endpoint.
+
+    Parameters
+    ----------
+    model : the model name the server expects (``"gpt-4o-mini"``, a vLLM model id, ...).
+    base_url : the API root, ending in ``/v1`` (default: ``$OPENAI_BASE_URL``, else
+        the OpenAI API).
+    api_key_env : name of the environment variable holding the API key (default
+        ``OPENAI_API_KEY``); unset means no ``Authorization`` header (local servers).
+    logprobs : ``"auto"`` (one probe request finds out), ``True`` or ``False``.
+    concurrency : most requests in flight at once.
+    timeout : seconds one request may take, from sending to the last byte.
+    max_retries : retries after the first attempt (timeouts, 429, 5xx, bad bodies).
+    backoff, max_backoff : the first retry waits about ``backoff`` seconds, doubling
+        each time up to ``max_backoff``; a ``Retry-After`` header overrides it (up to
+        ``max_retry_after``).
+    batch_size : accepted for the runner's common options; requests are bounded by
+        ``concurrency`` (the runner hands over ``batch_size`` prompts at a time).
+    """
+
+    name = "openai"
+    has_chat_template = True
+
+    def __init__(self, model: str, *, base_url: str | None = None,
+                 api_key_env: str = "OPENAI_API_KEY",
+                 logprobs: bool | Literal["auto"] = "auto", concurrency: int = 8,
+                 timeout: float = 60.0, max_retries: int = 4, backoff: float = 0.5,
+                 max_backoff: float = 30.0, max_retry_after: float = 120.0,
+                 batch_size: int | None = None) -> None:
+        if not model or not model.strip():
+            raise InvalidInputError("give the model name the server expects", field="model")
+        url = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+        if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname:
+            raise InvalidInputError(f"{_public_url(url)!r} is not an http(s) URL",
+                                    field="base_url")
+        if not concurrency >= 1:
+            raise InvalidInputError(f"must be at least 1, got {concurrency!r}",
+                                    field="concurrency")
+        if not timeout > 0:
+            raise InvalidInputError(f"must be positive, got {timeout!r}", field="timeout")
+        if not max_retries >= 0:
+            raise InvalidInputError(f"must be 0 or more, got {max_retries!r}",
+                                    field="max_retries")
+        if not (backoff >= 0 and max_backoff >= 0 and max_retry_after >= 0):
+            raise InvalidInputError("must be 0 or more", field="backoff")
+        if logprobs not in (True, False, "auto"):
+            raise InvalidInputError(f"must be true, false or 'auto', got {logprobs!r}",
+                                    field="logprobs")
+        self.model = model
+        self.base_url = url.rstrip("/")
+        self.api_key_env = api_key_env
+        self._secret = _Secret(os.environ.get(api_key_env))
+        self.concurrency = int(concurrency)
+        self.timeout = float(timeout)
+        self.max_retries = int(max_retries)
+        self.backoff = float(backoff)
+        self.max_backoff = float(max_backoff)
+        self.max_retry_after = float(max_retry_after)
+        self.batch_size = batch_size
+        self._logprobs: bool | None = None if logprobs == "auto" else bool(logprobs)
+        self._shared: _Session | None = None
+
+    def __repr__(self) -> str:
+        return f"OpenAIBackend(model={self.model!r}, base_url={_public_url(self.base_url)!r})"
+
+    # -- identity and capabilities -------------------------------------------------
+
+    @property
+    def logprobs(self) -> bool:
+        """Whether the server returns log-probabilities (probed once if not set)."""
+        if self._logprobs is None:
+            self._logprobs = _run_sync(self.aprobe())
+        return self._logprobs
+
+    @property
+    def capabilities(self) -> frozenset[str]:  # type: ignore[override]
+        caps = {"samples", "extra_prompt"}
+        if self.logprobs:
+            caps |= {"token_logprobs", "top_logprobs"}
+        return frozenset(caps)
+
+    def config(self) -> dict[str, Any]:
+        """The model's identity, stored with a run: no key, no credentials in the URL."""
+        return {"backend": self.name, "model": self.model,
+                "base_url": _public_url(self.base_url), "logprobs": self.logprobs}
+
+    async def aprobe(self) -> bool:
+        """Ask for one token with log-probabilities; True if the server returned them."""
+        if self._logprobs is not None:
+            return self._logprobs
+        payload = {"model": self.model, "messages": [{"role": "user", "content": "Hi"}],
+                   "max_tokens": 1, "temperature": 0.0, "logprobs": True, "top_logprobs": 1}
+        async with self._session() as session:
+            try:
+                data = await self._post(session, payload, lambda d: d)
+            except BackendError as exc:
+                if "HTTP 400" in str(exc) or "HTTP 422" in str(exc):  # logprobs refused
+                    self._logprobs = False
+                    return False
+                raise
+        choices = data.get("choices") or [{}]
+        lp = choices[0].get("logprobs") if isinstance(choices[0], dict) else None
+        self._logprobs = bool(isinstance(lp, dict) and lp.get("content"))
+        log.info("%s %s log-probabilities", _public_url(self.base_url),
+                 "returns" if self._logprobs else "does not return")
+        return self._logprobs
+
+    # -- sessions --------------------------------------------------------------------
+
+    def _client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            auth=_BearerAuth(self._secret), timeout=httpx.Timeout(self.timeout),
+            limits=httpx.Limits(max_connections=self.concurrency,
+                                max_keepalive_connections=self.concurrency))
+
+    async def aopen(self) -> None:
+        """Keep one client open across calls (a server calls this at start-up)."""
+        if self._shared is None:
+            self._shared = _Session(self._client(), asyncio.Semaphore(self.concurrency))
+
+    async def aclose(self) -> None:
+        if self._shared is not None:
+            await self._shared.client.aclose()
+            self._shared = None
+
+    @asynccontextmanager
+    async def _session(self) -> AsyncIterator[_Session]:
+        if self._shared is not None:
+            yield self._shared
+            return
+        async with self._client() as client:
+            yield _Session(client, asyncio.Semaphore(self.concurrency))
+
+    # -- generation ------------------------------------------------------------------
+
+    def generate(self, prompts: list[Prompt], spec: GenerationSpec,
+                 seeds: list[int]) -> list[GenerationResult]:
+        """One result per prompt, in input order; a failed prompt has ``greedy=None``
+        and ``error`` set (it is never left out)."""
+        return _run_sync(self.agenerate(prompts, spec, seeds))
+
+    async def agenerate(self, prompts: list[Prompt], spec: GenerationSpec,
+                        seeds: list[int]) -> list[GenerationResult]:
+        """The asynchronous form of :meth:`generate`."""
+        if len(prompts) != len(seeds):
+            raise InvalidInputError(f"{len(prompts)} prompts but {len(seeds)} seeds",
+                                    field="seeds")
+        if self._logprobs is None:
+            await self.aprobe()
+        async with self._session() as session:
+            return list(await asyncio.gather(
+                *(self._generate_safely(session, p, spec, s) for p, s in zip(prompts, seeds))))
+
+    async def agenerate_one(self, prompt: Prompt, spec: GenerationSpec,
+                            seed: int) -> GenerationResult:
+        """One prompt; raises :class:`~confide.errors.BackendError` (or a subclass) on failure."""
+        if self._logprobs is None:
+            await self.aprobe()
+        async with self._session() as session:
+            return await self._generate(session, prompt, spec, seed)
+
+    async def _generate_safely(self, session: _Session, prompt: Prompt, spec: GenerationSpec,
+                               seed: int) -> GenerationResult:
+        try:
+            return await self._generate(session, prompt, spec, seed)
+        except BackendError as exc:
+            message = self._secret.mask(f"{type(exc).__name__}: {exc}")
+            log.warning("a prompt failed: %s", message)
+            return GenerationResult(greedy=None, error=message)
+
+    async def _generate(self, session: _Session, prompt: Prompt, spec: GenerationSpec,
+                        seed: int) -> GenerationResult:
+        messages = _as_messages(prompt)
+
+        def parse(data: Any) -> list[Generation]:
+            return self._parse(data, spec)
+
+        async def greedy() -> Generation | None:
+            if not spec.greedy:
+                return None
+            payload = self._payload(messages, spec, temperature=0.0, n=1, seed=seed)
+            return (await self._post(session, payload, parse))[0]
+
+        async def samples() -> list[Generation]:
+            n = spec.n_samples
+            if not n:
+                return []
+            payload = self._payload(messages, spec, temperature=spec.temperature, n=n,
+                                    seed=seed, top_p=spec.top_p)
+            gens = (await self._post(session, payload, parse))[:n]
+            while len(gens) < n:  # the server ignored n: one seeded request per sample
+                payload = self._payload(messages, spec, temperature=spec.temperature, n=1,
+                                        seed=seed + len(gens), top_p=spec.top_p)
+                gens += (await self._post(session, payload, parse))[:1]
+            return gens
+
+        first, rest = await asyncio.gather(greedy(), samples())
+        return GenerationResult(greedy=first, samples=rest)
+
+    def _payload(self, messages: list[Message], spec: GenerationSpec, *, temperature: float,
+                 n: int, seed: int, top_p: float | None = None) -> dict[str, Any]:
+        payload: dict[str, Any] = {"model": self.model, "messages": messages,
+                                   "max_tokens": spec.max_new_tokens,
+                                   "temperature": temperature, "seed": seed % 2**31}
+        if n != 1:
+            payload["n"] = n
+        if top_p is not None and top_p < 1.0:
+            payload["top_p"] = top_p
+        if spec.stop:
+            payload["stop"] = list(spec.stop)[:4]  # the API's limit
+        if self.logprobs:
+            payload["logprobs"] = True
+            k = min(spec.top_k_alternatives, MAX_TOP_LOGPROBS)
+            if k:
+                payload["top_logprobs"] = k
+        return payload
+
+    # -- one HTTP request with retries -------------------------------------------------
+
+    def _delay(self, attempt: int) -> float:
+        """Exponential backoff with jitter: about ``backoff * 2**attempt``, capped."""
+        base = min(self.max_backoff, self.backoff * 2 ** attempt)
+        return base * (0.5 + random.random() / 2)
+
+    async def _post(self, session: _Session, payload: dict[str, Any],
+                    parse: Callable[[Any], T]) -> T:
+        """POST one request; retry what can be retried; return ``parse(json)``."""
+        url = f"{self.base_url}/chat/completions"
+        shown = _public_url(url)
+        attempts = self.max_retries + 1
+        failure: BackendError = BackendError("no attempt made")
+        for attempt in range(attempts):
+            wait: float | None = None
+            try:
+                async with session.limit:
+                    response = await asyncio.wait_for(session.client.post(url, json=payload),
+                                                      self.timeout)
+            except (asyncio.TimeoutError, httpx.TimeoutException):
+                failure = BackendTimeout(f"{shown}: no answer within {self.timeout:g} s")
+            except httpx.TransportError as exc:
+                failure = BackendError(
+                    f"{shown}: {type(exc).__name__}: {self._secret.mask(str(exc)) or 'no detail'}")
+            else:
+                status = response.status_code
+                if status == 200:
+                    try:
+                        return parse(response.json())
+                    except (ValueError, _Malformed) as exc:
+                        failure = BackendError(f"{shown}: unusable reply: {self._short(exc)}")
+                elif status == 429:
+                    wait = _retry_after(response)
+                    failure = RateLimited(f"{shown}: HTTP 429 (rate limited): "
+                                          f"{self._short(response.text)}")
+                    if wait is not None:
+                        wait = min(wait, self.max_retry_after)
+                elif status >= 500:
+                    failure = BackendError(f"{shown}: HTTP {status}: {self._short(response.text)}")
+                else:
+                    hint = (f"; is ${self.api_key_env} set to a valid key?"
+                            if status in (401, 403) else "")
+                    raise BackendError(f"{shown}: HTTP {status}: "
+                                       f"{self._short(response.text)}{hint}")
+            if attempt + 1 == attempts:
+                break
+            delay = wait if wait is not None else self._delay(attempt)
+            log.warning("%s; retrying in %.2f s (attempt %d of %d)", failure, delay,
+                        attempt + 2, attempts)
+            await asyncio.sleep(delay)
+        raise type(failure)(f"{failure} (gave up after {attempts} attempts)")
+
+    def _short(self, detail: object) -> str:
+        text = " ".join(str(detail).split())
+        text = self._secret.mask(text)
+        return text[:300] + ("…" if len(text) > 300 else "") if text else "no detail"
+
+    # -- parsing -----------------------------------------------------------------------
+
+    def _parse(self, data: Any, spec: GenerationSpec) -> list[Generation]:
+        """The choices of a reply, in index order; :class:`_Malformed` (retried) if unusable."""
+        if not isinstance(data, dict):
+            raise _Malformed("the reply is not a JSON object")
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise _Malformed("the reply has no choices")
+        ordered = sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)
+        return [self._parse_choice(c, spec) for c in ordered]
+
+    def _parse_choice(self, choice: Any, spec: GenerationSpec) -> Generation:
+        if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
+            raise _Malformed("a choice has no message")
+        raw = choice["message"].get("content")
+        if raw is None:
+            raw = ""
+        if not isinstance(raw, str):
+            raise _Malformed("a choice's message content is not text")
+        finish = str(choice.get("finish_reason") or "stop")
+        gen = Generation(text=raw.strip(), finish_reason=finish)
+        if not self.logprobs:
+            return gen
+        lp = choice.get("logprobs")
+        content = lp.get("content") if isinstance(lp, dict) else None
+        if not isinstance(content, list):
+            raise _Malformed("log-probabilities were asked for but the reply has none")
+        tokens: list[str] = []
+        values: list[float] = []
+        tops: list[list[tuple[str, float]]] = []
+        try:
+            for entry in content:
+                tokens.append(str(entry["token"]))
+                values.append(float(entry["logprob"]))
+                tops.append([(str(t["token"]), float(t["logprob"]))
+                             for t in entry.get("top_logprobs") or []])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise _Malformed(f"a log-probability entry is malformed ({exc!r})") from exc
+        if not all(math.isfinite(v) for v in values) or not all(
+                math.isfinite(v) for step in tops for _, v in step):
+            raise _Malformed("a log-probability is not finite")
+        n = _answer_length(tokens, raw)
+        gen.tokens = tokens[:n]
+        gen.token_logprobs = np.asarray(values[:n], dtype=np.float32)
+        k = min([len(step) for step in tops[:n]], default=0)
+        if k:
+            gen.top_logprobs = np.asarray([[v for _, v in step[:k]] for step in tops[:n]],
+                                          dtype=np.float32)
+            gen.top_tokens = [[t for t, _ in step[:k]] for step in tops[:n]]
+        elif n == 0 and spec.top_k_alternatives:
+            gen.top_logprobs = np.zeros((0, 0), dtype=np.float32)
+            gen.top_tokens = []
+        return gen
+
+
+def _answer_length(tokens: list[str], text: str) -> int:
+    """How many leading tokens carry the answer text.
+
+    Servers may list tokens past the returned text: the end-of-turn token, or
+    the tokens of a stop sequence that was cut off. Keep the shortest prefix
+    whose characters cover the text, as the hf backend does.
+
+    >>> _answer_length(["Par", "is", "\\n", "<|im_end|>"], "Paris")
+    2
+    >>> _answer_length(["Par", "is"], "Paris")
+    2
+    >>> _answer_length(["<|im_end|>"], "")
+    0
+    """
+    n = len(tokens)
+    while n and len("".join(tokens[:n - 1])) >= len(text):
+        n -= 1
+    return n
