@@ -37,7 +37,7 @@ from confide.store import RunStore
 from confide.tasks import Task
 
 __all__ = ["Run", "ScoredAnswer", "default_run_dir", "evaluate", "execute", "load_model", "open_run",
-           "score"]
+           "report", "score"]
 
 
 def load_model(model: str = DEFAULT_MODEL, *, backend: str = "hf", **options: Any) -> Backend:
@@ -131,6 +131,20 @@ class Run:
 def open_run(path: str | Path) -> Run:
     """Open a stored run directory."""
     return Run(path)
+
+
+def report(runs: str | Path | list[str | Path] | tuple[str | Path, ...],
+           out: str | Path | None = None, *, n_resamples: int = 1000) -> Path:
+    """Write the self-contained HTML report of a stored run (default ``RUN/report.html``),
+    or, given several runs, their side-by-side comparison (default ``compare.html``).
+    Reads the stored records only; the model is not loaded."""
+    from confide.report import write_comparison, write_report
+
+    if isinstance(runs, (str, Path)):
+        return write_report(runs, out, n_resamples=n_resamples)
+    if len(runs) == 1:
+        return write_report(runs[0], out, n_resamples=n_resamples)
+    return write_comparison(list(runs), out or "compare.html", n_resamples=n_resamples)
 
 
 def default_run_dir(config: RunConfig) -> Path:

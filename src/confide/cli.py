@@ -66,6 +66,8 @@ def run(
     seed: Annotated[int, typer.Option(help="run seed")] = 0,
     batch_size: Annotated[int, typer.Option(help="rows per forward pass")] = 8,
     backend: Annotated[str, typer.Option(help="model backend")] = "hf",
+    report: Annotated[bool, typer.Option("--report/--no-report",
+                                         help="write RUN/report.html at the end")] = True,
 ) -> None:
     """Generate, score, grade and store a run; print how well each scorer predicts correctness."""
     from confide import api
@@ -100,6 +102,43 @@ def run(
     else:
         console.print(f"all {outcome.total} items were already stored; nothing generated")
     console.print(f"run stored in {target}")
+    if report:
+        with _user_errors():
+            page = api.report(target)
+        console.print(f"report written to {page}")
+
+
+@app.command(name="report")
+def report_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="run directory")],
+    out: Annotated[Optional[Path], typer.Option("--out", "-o",
+                                                help="HTML file (default: RUN/report.html)")
+                   ] = None,
+    resamples: Annotated[int, typer.Option(help="bootstrap resamples for the intervals")] = 1000,
+) -> None:
+    """Write a self-contained HTML report of a stored run (offline; the model is not loaded)."""
+    from confide import api
+
+    with _user_errors():
+        path = api.report(run_dir, out, n_resamples=resamples)
+    console.print(f"wrote {path}")
+
+
+@app.command()
+def compare(
+    run_dirs: Annotated[list[Path], typer.Argument(help="two or more run directories")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="HTML file")] = Path("compare.html"),
+    resamples: Annotated[int, typer.Option(help="bootstrap resamples for the intervals")] = 1000,
+) -> None:
+    """Compare runs side by side in one HTML file, with paired differences on shared items."""
+    from confide import api
+    from confide.errors import InvalidInputError
+
+    with _user_errors():
+        if len(run_dirs) < 2:
+            raise InvalidInputError("compare needs at least two runs", field="RUN_DIRS")
+        path = api.report(list(run_dirs), out, n_resamples=resamples)
+    console.print(f"wrote {path}")
 
 
 @app.command()
