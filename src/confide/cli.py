@@ -66,6 +66,12 @@ def run(
     seed: Annotated[int, typer.Option(help="run seed")] = 0,
     batch_size: Annotated[int, typer.Option(help="rows per forward pass")] = 8,
     backend: Annotated[str, typer.Option(help="model backend")] = "hf",
+    base_url: Annotated[Optional[str], typer.Option(
+        help="--backend openai: the server's API root, e.g. http://127.0.0.1:8080/v1")] = None,
+    api_key_env: Annotated[str, typer.Option(
+        help="--backend openai: environment variable holding the API key")] = "OPENAI_API_KEY",
+    concurrency: Annotated[int, typer.Option(
+        help="--backend openai: most requests in flight")] = 8,
     report: Annotated[bool, typer.Option("--report/--no-report",
                                          help="write RUN/report.html at the end")] = True,
 ) -> None:
@@ -82,9 +88,13 @@ def run(
     target = out or api.default_run_dir(config)
     bar, update = _progress_bar(f"{Path(task).stem} × {Path(model).name}")
     with _user_errors():
+        loaded = None
+        if backend == "openai":  # HTTP options are not part of the run's identity
+            loaded = api.load_model(model, backend="openai", base_url=base_url,
+                                    api_key_env=api_key_env, concurrency=concurrency)
         try:
             with bar:
-                outcome = api.execute(config, target, progress=update)
+                outcome = api.execute(config, target, progress=update, backend=loaded)
         except KeyboardInterrupt:
             err_console.print(
                 f"\nInterrupted. Every finished item is stored in {target}.\n"
@@ -101,6 +111,11 @@ def run(
                       f"{outcome.total - outcome.generated} resumed from the store")
     else:
         console.print(f"all {outcome.total} items were already stored; nothing generated")
+    if outcome.failures:
+        first = next(iter(outcome.failures.values()))
+        err_console.print(f"[red]{len(outcome.failures)} item(s) failed[/red] and are recorded "
+                          f"in the run (first error: {escape(first)}); run the same command "
+                          "again to retry them")
     console.print(f"run stored in {target}")
     if report:
         with _user_errors():
@@ -198,6 +213,51 @@ def eval_(
     if json_out:
         json_out.write_text(json.dumps(table.to_dict(), indent=2))
         console.print(f"wrote {json_out}")
+
+
+@app.command()
+def serve(
+    model: Annotated[str, typer.Option(help="hf: bundled alias, .gguf, dir or hub id; "
+                                            "openai: the upstream's model name")] = "smollm2",
+    backend: Annotated[str, typer.Option(help="hf (local model) or openai (upstream URL)")
+                       ] = "hf",
+    base_url: Annotated[Optional[str], typer.Option(help="--backend openai: upstream API root")
+                        ] = None,
+    api_key_env: Annotated[str, typer.Option(help="variable holding the upstream API key")
+                           ] = "OPENAI_API_KEY",
+    scorers: Annotated[Optional[str], typer.Option(help="comma-separated scorer names")] = None,
+    calibrator: Annotated[Optional[Path], typer.Option(help="fitted calibrator (JSON)")] = None,
+    policy: Annotated[Optional[Path], typer.Option(help="fitted abstention policy (JSON)")
+                      ] = None,
+    abstain_message: Annotated[Optional[str], typer.Option(
+        help="reply content when the policy abstains")] = None,
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
+    max_n: Annotated[int, typer.Option(help="most choices per request")] = 8,
+    max_tokens: Annotated[int, typer.Option(help="largest max_tokens a request may ask")] = 512,
+    max_prompt_chars: Annotated[int, typer.Option(help="largest prompt, in characters")
+                                ] = 32_000,
+    timeout: Annotated[float, typer.Option(help="seconds the model may take (then 504)")
+                       ] = 120.0,
+    max_batch: Annotated[int, typer.Option(help="hf: requests generated together")] = 8,
+) -> None:
+    """Serve a model over an OpenAI-compatible API, with confidences in every reply."""
+    from confide.serve.launch import build_app
+    from confide.serve.launch import serve as run_server
+    from confide.serve.models import Limits
+
+    chosen = tuple(s.strip() for s in scorers.split(",") if s.strip()) if scorers else None
+    with _user_errors():
+        server = build_app(model=model, backend=backend, base_url=base_url,
+                           api_key_env=api_key_env, scorers=chosen,
+                           calibrator=str(calibrator) if calibrator else None,
+                           policy=str(policy) if policy else None,
+                           abstain_message=abstain_message,
+                           limits=Limits(max_n=max_n, max_tokens=max_tokens,
+                                         max_prompt_chars=max_prompt_chars),
+                           timeout=timeout, max_batch=max_batch)
+    err_console.print(f"serving {model} on http://{host}:{port}/v1")
+    run_server(server, host=host, port=port)
 
 
 def main() -> None:

@@ -1,0 +1,44 @@
+"""Load the upstream model, the fitted decisions, and run the server with uvicorn."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confide.errors import InvalidInputError
+from confide.serve.models import Limits
+
+__all__ = ["build_app", "serve"]
+
+
+def build_app(*, model: str, backend: str = "hf", base_url: str | None = None,
+              api_key_env: str = "OPENAI_API_KEY", scorers: tuple[str, ...] | None = None,
+              calibrator: str | None = None, policy: str | None = None,
+              abstain_message: str | None = None, limits: Limits | None = None,
+              timeout: float = 120.0, concurrency: int = 8, max_batch: int = 8) -> Any:
+    """The FastAPI app for ``confide serve`` (model loaded, decisions loaded)."""
+    from confide.runner import load_backend
+    from confide.serve.app import DEFAULT_ABSTAIN_MESSAGE, create_app
+    from confide.serve.decisions import load_calibrator, load_policy
+
+    options: dict[str, Any] = {}
+    if backend == "openai":
+        options = {"base_url": base_url, "api_key_env": api_key_env,
+                   "concurrency": concurrency, "timeout": timeout}
+    elif base_url is not None:
+        raise InvalidInputError("--base-url is for --backend openai", field="base_url")
+    else:
+        options = {"batch_size": max_batch}
+    cal = load_calibrator(calibrator) if calibrator else None
+    pol = load_policy(policy) if policy else None
+    loaded = load_backend(backend, model, **options)
+    return create_app(loaded, scorers=scorers, calibrator=cal, policy=pol,
+                      abstain_message=abstain_message or DEFAULT_ABSTAIN_MESSAGE,
+                      limits=limits, timeout=timeout, max_batch=max_batch)
+
+
+def serve(app: Any, *, host: str = "127.0.0.1", port: int = 8000,
+          log_level: str = "info") -> None:
+    """Run ``app`` with uvicorn until interrupted."""
+    import uvicorn
+
+    uvicorn.run(app, host=host, port=port, log_level=log_level)

@@ -1,0 +1,83 @@
+"""Request and reply shapes of ``confide serve`` (a subset of the OpenAI chat API).
+
+Requests are validated by pydantic; fields the OpenAI API has but confide does
+not use (``user``, ``presence_penalty``, ...) are accepted and ignored, so an
+unchanged client keeps working. Server limits (``n``, ``max_tokens``, prompt
+size) are checked against :class:`Limits` by the app, which answers 400 with
+the field named.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["ChatCompletionRequest", "ChatMessage", "Limits", "TextPart"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask for."""
+
+    max_n: int = 8
+    max_tokens: int = 512
+    default_max_tokens: int = 64
+    max_prompt_chars: int = 32_000
+    max_messages: int = 64
+    max_body_bytes: int = 1_000_000
+
+
+class TextPart(BaseModel):
+    """One part of a message's content; only text parts are served."""
+
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+class ChatCompletionRequest(BaseModel):
+    """``POST /v1/chat/completions`` body."""
+
+    model_config = ConfigDict(extra="ignore")
+    model: str = Field(min_length=1, max_length=256)
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    n: int = Field(default=1, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    stream: bool | None = None
+
+    def stop_list(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+    def answer_budget(self, limits: Limits) -> int:
+        return self.max_completion_tokens or self.max_tokens or limits.default_max_tokens
+
+
+def error_body(message: str, *, kind: str = "invalid_request_error",
+               param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    """The OpenAI error shape the official clients read."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}

@@ -1,0 +1,253 @@
+"""confide serve on 127.0.0.1: the official openai client, limits, errors, decisions."""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from faultserver import FaultServer  # noqa: E402
+
+from confide.backends.openai import OpenAIBackend  # noqa: E402
+from confide.errors import InvalidInputError  # noqa: E402
+from confide.serve.app import create_app  # noqa: E402
+from confide.serve.decisions import load_calibrator  # noqa: E402
+from confide.serve.models import Limits  # noqa: E402
+
+SECRET = "sk-confide-serve-test-93f1a"
+KEY_ENV = "CONFIDE_TEST_SERVE_KEY"
+
+
+@contextmanager
+def running(app) -> Iterator[str]:
+    """Run ``app`` with uvicorn on a free loopback port; yield its /v1 URL."""
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the server did not start")
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()
+
+
+class Sigmoid:
+    """A calibrator with the shape confide.decisions provides: p = 1 / (1 + exp(-(a c + b)))."""
+
+    scorer = "mean_logprob"
+
+    def __init__(self, a: float = 2.0, b: float = 1.0) -> None:
+        self.a, self.b = a, b
+
+    def predict(self, confidence: float) -> float:
+        return 1.0 / (1.0 + math.exp(-(self.a * confidence + self.b)))
+
+
+class Threshold:
+    """An abstention policy: answer when the calibrated probability reaches ``t``."""
+
+    scorer = None
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def decide(self, confidence: float) -> bool:
+        return confidence >= self.t
+
+
+@pytest.fixture(scope="module")
+def hf_server(hf_model):
+    app = create_app(hf_model, model_name="smollm2", scorers=("msp", "mean_logprob",
+                                                               "mean_entropy", "length"),
+                     limits=Limits(max_n=3, max_tokens=24, max_prompt_chars=400))
+    with running(app) as url:
+        yield url
+
+
+@pytest.mark.model
+def test_serve_answers_the_official_openai_client(hf_server):
+    import openai
+
+    client = openai.OpenAI(base_url=hf_server, api_key="unused", max_retries=0)
+    models = client.models.list()
+    assert [m.id for m in models.data] == ["smollm2"]
+    reply = client.chat.completions.create(
+        model="smollm2", messages=[{"role": "user", "content": "What is the capital of France?"}],
+        max_tokens=12, n=2, logprobs=True, top_logprobs=2)
+    assert reply.object == "chat.completion" and len(reply.choices) == 2
+    first = reply.choices[0]
+    assert first.message.role == "assistant" and first.message.content
+    assert first.logprobs is not None and len(first.logprobs.content[0].top_logprobs) == 2
+    assert reply.usage.completion_tokens > 0
+    info = reply.confide  # the extra object rides along in the client's model
+    conf = info["confidences"]
+    assert set(conf) == {"msp", "mean_logprob", "mean_entropy", "length"}
+    assert conf["msp"] == pytest.approx(sum(t.logprob for t in first.logprobs.content),
+                                        abs=1e-4)
+    assert info["calibrated"] is None and info["decision"] is None
+    # the same question gets the same confidences (the seed comes from the messages)
+    again = client.chat.completions.create(
+        model="smollm2", messages=[{"role": "user", "content": "What is the capital of France?"}],
+        max_tokens=12)
+    assert again.choices[0].message.content == first.message.content
+    assert again.confide["confidences"]["msp"] == pytest.approx(conf["msp"])
+
+
+@pytest.mark.model
+def test_serve_health_lists_the_setup(hf_server):
+    health = httpx.get(hf_server.removesuffix("/v1") + "/health").json()
+    assert health["status"] == "ok" and health["upstream"]["backend"] == "hf"
+    assert health["scorers"] == ["msp", "mean_logprob", "mean_entropy", "length"]
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("body, param", [
+    ({"n": 4}, "n"),
+    ({"max_tokens": 1000}, "max_tokens"),
+    ({"messages": [{"role": "user", "content": "x" * 401}]}, "messages"),
+    ({"messages": []}, "messages"),
+    ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages.0.role"),
+    ({"temperature": 3}, "temperature"),
+    ({"stream": True}, "stream"),
+    ({"model": None}, "model"),
+])
+def test_serve_rejects_bad_requests_with_400(hf_server, body, param):
+    import openai
+
+    request = {"model": "smollm2", "messages": [{"role": "user", "content": "Hi"}],
+               "max_tokens": 4, **body}
+    response = httpx.post(f"{hf_server}/chat/completions", json=request, timeout=30)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == param and error["message"]
+    client = openai.OpenAI(base_url=hf_server, api_key="unused", max_retries=0)
+    if param in ("n", "max_tokens"):
+        with pytest.raises(openai.BadRequestError, match=param):
+            client.chat.completions.create(**request)
+
+
+@pytest.mark.model
+def test_serve_rejects_an_oversized_body_and_bad_json(hf_server):
+    big = httpx.post(f"{hf_server}/chat/completions", content=b"x" * 1_000_001,
+                     headers={"content-type": "application/json"}, timeout=30)
+    assert big.status_code == 413
+    bad = httpx.post(f"{hf_server}/chat/completions", content=b"{nope",
+                     headers={"content-type": "application/json"}, timeout=30)
+    assert bad.status_code == 400 and bad.json()["error"]["message"]
+
+
+@pytest.mark.model
+def test_serve_calibrates_and_abstains_under_a_policy(hf_model):
+    import openai
+
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    calibrator = Sigmoid()
+    for threshold, decision in ((0.0, "answer"), (1.01, "abstain")):
+        app = create_app(hf_model, scorers=("mean_logprob",), calibrator=calibrator,
+                         policy=Threshold(threshold), abstain_message="Ask a human.")
+        with running(app) as url:
+            client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+            reply = client.chat.completions.create(model="any", messages=question,
+                                                   max_tokens=12)
+        info = reply.confide
+        assert info["calibrated"] == pytest.approx(
+            calibrator.predict(info["confidences"]["mean_logprob"]))
+        assert info["decision"] == decision and info["decided_on"] == "calibrated"
+        if decision == "abstain":
+            assert reply.choices[0].message.content == "Ask a human."
+            assert info["answer"]
+        else:
+            assert reply.choices[0].message.content != "Ask a human."
+
+
+def test_serve_refuses_a_policy_without_what_it_reads():
+    with FaultServer() as upstream:
+        backend = OpenAIBackend("m", base_url=upstream.base_url, logprobs=True)
+        with pytest.raises(InvalidInputError, match="policy"):
+            create_app(backend, policy=Threshold(0.5))
+        with pytest.raises(InvalidInputError, match="scorers"):
+            create_app(backend, scorers=("msp",), calibrator=Sigmoid())
+
+
+def test_serve_seam_says_when_decisions_cannot_be_loaded(tmp_path):
+    path = tmp_path / "calibrator.json"
+    path.write_text("{}")
+    with pytest.raises(InvalidInputError, match="calibrator"):
+        load_calibrator(path)
+    with pytest.raises(InvalidInputError, match="no such calibrator file"):
+        load_calibrator(tmp_path / "missing.json")
+
+
+def test_serve_in_front_of_an_openai_upstream(monkeypatch, caplog):
+    """Upstream over HTTP: logprob scorers work, full-distribution ones are skipped; the
+    upstream key is sent upstream and never shown to clients or logs."""
+    import openai
+
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    caplog.set_level(logging.DEBUG)
+    with FaultServer() as upstream:
+        backend = OpenAIBackend("fault-model", base_url=upstream.base_url, api_key_env=KEY_ENV,
+                                timeout=2, backoff=0.01)
+        with running(create_app(backend, scorers=("msp", "self_certainty"))) as url:
+            client = openai.OpenAI(base_url=url, api_key="client-key", max_retries=0)
+            reply = client.chat.completions.create(
+                model="fault-model", messages=[{"role": "user", "content": "Q?"}], max_tokens=8)
+            health = httpx.get(url.removesuffix("/v1") + "/health").text
+    assert reply.choices[0].message.content.startswith("answer")
+    assert reply.confide["confidences"] == {"msp": pytest.approx(-0.75)}
+    assert reply.confide["skipped"] == {"self_certainty": "backend cannot give token_kl_uniform"}
+    assert upstream.requests[-1].authorization == f"Bearer {SECRET}"
+    assert SECRET not in health and SECRET not in caplog.text
+
+
+@pytest.mark.parametrize("fault, status", [("500", 502), ("timeout", 504), ("malformed", 502)])
+def test_serve_turns_upstream_failures_into_502_and_504(fault, status):
+    import openai
+
+    with FaultServer(lambda q, attempt: fault, delay=1.0) as upstream:
+        backend = OpenAIBackend("m", base_url=upstream.base_url, logprobs=True, timeout=0.3,
+                                max_retries=1, backoff=0.01)
+        with running(create_app(backend, scorers=("msp",), timeout=5)) as url:
+            began = time.monotonic()
+            response = httpx.post(f"{url}/chat/completions", timeout=30, json={
+                "model": "m", "messages": [{"role": "user", "content": "Q?"}]})
+            elapsed = time.monotonic() - began
+            client = openai.OpenAI(base_url=url, api_key="x", max_retries=0)
+            with pytest.raises(openai.APIStatusError) as caught:
+                client.chat.completions.create(model="m",
+                                               messages=[{"role": "user", "content": "Q?"}])
+    assert response.status_code == status and caught.value.status_code == status
+    assert "upstream" in response.json()["error"]["message"]
+    assert elapsed < 5  # the retries' budget, never a hang
+
+
+def test_serve_deadline_answers_504_when_the_upstream_stalls():
+    with FaultServer(lambda q, attempt: "timeout", delay=3.0) as upstream:
+        backend = OpenAIBackend("m", base_url=upstream.base_url, logprobs=True, timeout=30,
+                                max_retries=0)
+        with running(create_app(backend, scorers=("msp",), timeout=0.5)) as url:
+            began = time.monotonic()
+            response = httpx.post(f"{url}/chat/completions", timeout=30, json={
+                "model": "m", "messages": [{"role": "user", "content": "Q?"}]})
+    assert response.status_code == 504 and time.monotonic() - began < 2.5
