@@ -468,10 +468,14 @@ def _length_audit(view: ScorerView, conf: np.ndarray, correct: np.ndarray,
         return
     rho = _quietly(length_correlations, conf, correct, lengths)["conf_length_spearman"]
     strat = _quietly(stratified_auroc, conf, correct, lengths)
-    vanishes = None
+    from confide.metrics import _auroc
+
+    lead = vanishes = None
     if not view.baseline:
+        lead = bool(_quietly(_auroc, conf, correct) > _quietly(_auroc, -lengths, correct))
         vanishes = _quietly(lead_disappears, conf, -lengths, correct, lengths)
-    view.length = {"rho": rho, "stratified_auroc": strat, "lead_vanishes": vanishes}
+    view.length = {"rho": rho, "stratified_auroc": strat, "lead": lead,
+                   "lead_vanishes": vanishes}
 
 
 def _grader_agreement(records: list[Record], scorers: list[str]) -> GraderAgreement | None:
