@@ -17,14 +17,18 @@ everything (and says so).
 
 Method: Learn then Test (Angelopoulos, Bates, Candès, Jordan & Lei, 2021)
 ------------------------------------------------------------------------
-1. **Grid.** Candidate thresholds :math:`\lambda_1 > \lambda_2 > \dots > \lambda_m`
-   must not depend on the losses used for testing. By default a random
-   ``grid_fraction`` of the calibration items (25%) is set aside: its
-   confidence quantiles are the grid, and it picks where the sequence starts
-   (the highest threshold at which the testing part is expected to answer
-   at least :math:`n_{\min} = \lceil \log\delta / \log(1-\alpha) \rceil`
-   items — fewer answered items could never reject, even with no error).
-   Those items are not used again. A user-given grid is used as given.
+1. **Grid and order.** The candidate thresholds :math:`\lambda_1, \dots, \lambda_m`
+   and the order in which they are tested must not depend on the items used
+   for testing. By default a random ``grid_fraction`` of the calibration items
+   (25%) is set aside: its confidence quantiles are the grid, and the
+   thresholds are tested in increasing order of the p-value this split
+   predicts for the testing part (ties: the higher threshold first), so the
+   sequence starts where a rejection is most likely — not at the highest
+   threshold, where too few items are answered to reject anything (at least
+   :math:`n_{\min} = \lceil \log\delta / \log(1-\alpha) \rceil` are needed even
+   with no error). Those items are not used again. With a user-given grid and
+   ``grid_fraction=0``, every item tests and the order is from the highest
+   threshold down.
 2. **p-values.** For each :math:`\lambda_j`, on the testing items: :math:`n_j`
    answered, :math:`k_j` of them wrong. Given :math:`n_j`, the answered items
    are i.i.d. draws from the distribution conditioned on :math:`c \ge \lambda_j`,
@@ -39,8 +43,8 @@ Method: Learn then Test (Angelopoulos, Bates, Candès, Jordan & Lei, 2021)
    controls the family-wise error rate at :math:`\delta` for any fixed order,
    with no multiplicity correction, so every rejected threshold has
    :math:`R \le \alpha` simultaneously with probability at least
-   :math:`1 - \delta`. :math:`\hat\lambda` is the last rejected (lowest)
-   threshold: the largest certified coverage.
+   :math:`1 - \delta`. :math:`\hat\lambda` is the lowest rejected threshold:
+   the largest certified coverage.
 
 Why LTT and not conformal risk control: conformal risk control (Angelopoulos
 et al., 2022) bounds the *expected* risk over calibration draws,
@@ -257,7 +261,7 @@ def min_answered(alpha: float, delta: float) -> int:
 class AbstentionFit:
     """A fitted policy and the test sequence behind it.
 
-    ``thresholds`` in test order (descending), with ``n_answered``,
+    ``thresholds`` in test order, with ``n_answered``,
     ``n_errors``, ``p_values`` on the testing items and ``rejected`` (the
     prefix of certified thresholds).
     """
@@ -302,11 +306,11 @@ def fit_abstention(confidence: ArrayLike, correct: ArrayLike, *, alpha: float = 
     delta : float in (0, 1), default 0.1
         The probability that the calibration sample misleads.
     grid : array, optional
-        Candidate thresholds (tested from the highest down). Default: the
-        confidence quantiles of the grid split.
+        Candidate thresholds. Default: the confidence quantiles of the grid split.
     grid_fraction : float in [0, 1), default 0.25
-        Share of items set aside (at random, ``seed``) to place the grid and the
-        start of the sequence; 0 uses every item for testing (needs ``grid``).
+        Share of items set aside (at random, ``seed``) to place the grid and
+        order the tests; 0 uses every item for testing (needs ``grid``; the
+        order is then from the highest threshold down).
     n_grid : int >= 2, default 100
         Quantiles of the grid split used as candidate thresholds.
     seed : int, default 0
@@ -365,11 +369,9 @@ def fit_abstention(confidence: ArrayLike, correct: ArrayLike, *, alpha: float = 
         if cand.size == 0 or np.isnan(cand).any():
             raise InvalidInputError("must be a non-empty list of numbers", field="grid")
     thresholds = np.unique(cand)[::-1]
-    if n_aside:  # start where the testing part can reach n_min answered items
-        expected = (test.size * (conf[aside][None, :] >= thresholds[:, None]).mean(axis=1))
-        reachable = expected >= min_answered(alpha, delta)
-        if reachable.any():
-            thresholds = thresholds[int(np.argmax(reachable)):]
+    if n_aside:  # order by the p-value the grid split predicts for the testing part
+        predicted = _predicted_p_values(conf[aside], corr[aside], thresholds, test.size, alpha)
+        thresholds = thresholds[np.lexsort((-thresholds, predicted))]
     c_test, wrong = conf[test], 1.0 - corr[test]
     answered = c_test[None, :] >= thresholds[:, None]
     n_ans = answered.sum(axis=1).astype(np.int64)
@@ -378,7 +380,7 @@ def fit_abstention(confidence: ArrayLike, correct: ArrayLike, *, alpha: float = 
     rejected = np.cumprod(p <= delta).astype(bool)
     n_rej = int(rejected.sum())
     if n_rej:
-        j = n_rej - 1
+        j = int(np.argmin(np.where(rejected, thresholds, np.inf)))  # lowest certified
         lam = float(thresholds[j])
         coverage = float(np.mean(conf >= lam))
         risk = float(n_err[j] / n_ans[j])
@@ -391,6 +393,26 @@ def fit_abstention(confidence: ArrayLike, correct: ArrayLike, *, alpha: float = 
         policy = AbstentionPolicy(scorer, math.inf, alpha, delta, False, 0.0, math.nan, math.nan,
                                   first_p, 0, 0, int(test.size), int(n_aside))
     return AbstentionFit(policy, thresholds, n_ans, n_err, p, rejected)
+
+
+def _predicted_p_values(conf: FloatArray, correct: FloatArray, thresholds: FloatArray,
+                        n_test: int, alpha: float) -> FloatArray:
+    """The p-value each threshold would get on ``n_test`` items if the testing part
+    looked like the grid split: :math:`P(\mathrm{Bin}(\hat n, \alpha) \le \hat k)` with
+    :math:`\hat n = n_{test} \hat\pi(\lambda)`, :math:`\hat k = \hat n \hat R(\lambda)`,
+    extended to real counts by the incomplete beta function."""
+    from scipy.special import betainc
+
+    answered = conf[None, :] >= thresholds[:, None]
+    share = answered.mean(axis=1)
+    n_hat = n_test * share
+    errors = (answered * (1.0 - correct)[None, :]).sum(axis=1)
+    risk = np.divide(errors, answered.sum(axis=1), out=np.ones(share.size),
+                     where=share > 0)
+    k_hat = n_hat * risk
+    with np.errstate(invalid="ignore"):
+        p = betainc(np.maximum(n_hat - k_hat, 1e-12), k_hat + 1.0, 1.0 - alpha)
+    return np.where((share > 0) & (risk < 1), p, 1.0)
 
 
 def _clopper_pearson_upper(k: int, n: int, delta: float) -> float:

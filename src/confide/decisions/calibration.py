@@ -66,7 +66,7 @@ class Calibrator:
     ``isotonic``: ``{"x": [...], "y": [...]}`` (knots; linear between them,
     constant outside); ``histogram``: ``{"edges": [...], "values": [...]}``
     (``len(values) == len(edges) + 1``; bin ``j`` holds
-    ``edges[j-1] <= c < edges[j]``). ``n_fit`` counts the graded items it was
+    ``edges[j-1] < c <= edges[j]``). ``n_fit`` counts the graded items it was
     fitted on; ``source`` says where they came from.
     """
 
@@ -223,7 +223,7 @@ def _predict(method: str, params: dict[str, Any], raw: FloatArray) -> FloatArray
     elif method == "isotonic":
         out[ok] = np.interp(c, params["x"], params["y"])
     elif method == "histogram":
-        out[ok] = np.asarray(params["values"])[np.searchsorted(params["edges"], c, side="right")]
+        out[ok] = np.asarray(params["values"])[np.searchsorted(params["edges"], c, side="left")]
     else:
         raise InvalidInputError(f"unknown method {method!r}", field="method")
     return out
@@ -263,14 +263,15 @@ def _fit_isotonic(score: FloatArray, label: FloatArray) -> dict[str, list[float]
 
 
 def _fit_histogram(score: FloatArray, label: FloatArray, n_bins: int) -> dict[str, list[float]]:
-    """Equal-mass bins: inner edges at the ``j/B`` quantiles, tied scores kept in one bin."""
+    """Equal-mass bins: inner edges at the ``j/B`` quantiles (data values), bin ``j`` is
+    ``(e_{j-1}, e_j]``, so tied scores share a bin."""
     qs = np.quantile(score, np.arange(1, n_bins) / n_bins, method="inverted_cdf")
     edges = np.unique(qs)
     # a bin [e_{j-1}, e_j) must hold at least one fitted score, else drop its upper edge
-    # the quantiles are data values, so every bin [e_{j-1}, e_j) holds its lower edge; only
-    # the first bin (c < e_0) can be empty, when e_0 is the smallest score
-    edges = edges[edges > score.min()]
-    bins = np.searchsorted(edges, score, side="right")
+    # the quantiles are data values, so every bin (e_{j-1}, e_j] holds its upper edge; only
+    # the last bin (c > e_last) can be empty, when e_last is the largest score
+    edges = edges[edges < score.max()]
+    bins = np.searchsorted(edges, score, side="left")
     counts = np.bincount(bins, minlength=edges.size + 1)
     values = np.bincount(bins, weights=label, minlength=edges.size + 1) / np.maximum(counts, 1)
     return {"edges": [float(e) for e in edges], "values": [float(v) for v in values]}

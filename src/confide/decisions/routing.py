@@ -241,10 +241,13 @@ def cascade(small_run: Any, large_run: Any, *, scorer: str = "msp",
     return curve
 
 
-def route_models(small: str, large: str, *, task: str = "triviaqa", scorer: str = "msp",
+def route_models(small: Any, large: Any, *, task: str = "triviaqa", scorer: str = "msp",
                  out: str | Path | None = None, **settings: Any) -> CascadeCurve:
     """Run (or resume) ``small`` and ``large`` on the same task via
     :func:`confide.api.evaluate`, then build their cascade curve.
+
+    ``small``/``large``: model names (``smollm2``, ``gemma3-270m``, a path or a
+    hub id) or loaded backends (:func:`confide.api.load_model`).
 
     ``out``: a folder holding the two runs (``<out>/small``, ``<out>/large``);
     default: each run's default directory. ``settings`` go to both runs
