@@ -74,6 +74,16 @@ def run(
         help="--backend openai: most requests in flight")] = 8,
     report: Annotated[bool, typer.Option("--report/--no-report",
                                          help="write RUN/report.html at the end")] = True,
+    samples: Annotated[Optional[int], typer.Option(
+        help="sampled answers per item (default: what the scorers need)")] = None,
+    temperature: Annotated[float, typer.Option(help="sampling temperature")] = 1.0,
+    top_p: Annotated[float, typer.Option(help="sampling nucleus (top-p)")] = 0.9,
+    judge: Annotated[Optional[str], typer.Option(
+        help="equivalence judge: exact, numeric, ast, embedding, nli, llm "
+             "(default: the task's)")] = None,
+    judge_model: Annotated[Optional[str], typer.Option(
+        help="--judge nli: the cross-encoder; --judge llm: a model other than the run's")
+                           ] = None,
 ) -> None:
     """Generate, score, grade and store a run; print how well each scorer predicts correctness."""
     from confide import api
@@ -84,7 +94,9 @@ def run(
         else DEFAULT_SCORERS
     config = RunConfig(model=model, backend=backend, task=task, data_path=data,
                        limit=limit or None, scorers=chosen, grader=grader,
-                       max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size)
+                       max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size,
+                       n_samples=samples, temperature=temperature, top_p=top_p, judge=judge,
+                       judge_options={"model": judge_model} if judge_model else {})
     target = out or api.default_run_dir(config)
     bar, update = _progress_bar(f"{Path(task).stem} × {Path(model).name}")
     with _user_errors():

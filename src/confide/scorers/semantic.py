@@ -1,0 +1,537 @@
+r"""Semantic scorers: how much the sampled answers agree in *meaning*.
+
+Notation: the record holds the greedy answer :math:`y^*` and :math:`k` sampled
+answers :math:`s_1..s_k`. The run's equivalence judge (:mod:`confide.judges`)
+groups them into clusters :math:`C_1..C_m` (greedy answer included, so
+:math:`C(y^*)` is the greedy answer's cluster) and gives a symmetric affinity
+:math:`W \in [0,1]^{k \times k}` between samples, with :math:`W_{jj} = 1`.
+Clusters and affinities come from :mod:`confide.features`, computed once per
+record and shared by every scorer here. Scores are confidences: uncertainty
+measures are negated so that higher = more likely correct.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import re
+import warnings
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from confide.errors import CannotScore, InvalidInputError
+from confide.features import (
+    affinity,
+    answers,
+    clusters,
+    embeddings,
+    question,
+    require_samples,
+    sample_logprobs,
+)
+from confide.judges import Judge, make_judge
+from confide.records import Generation, Record
+from confide.scorers.base import Cost, Need, ScoringContext, scorer
+
+__all__ = ["ECC_EIGENVALUE_THRESHOLD", "KLE_TIME", "SAR_TEMPERATURE", "meaningful_spans",
+           "semantic_calibration_error"]
+
+DEFAULT_SAMPLES = 10
+ECC_EIGENVALUE_THRESHOLD = 0.9  # Lin et al. (2024): eigenvectors with eigenvalue below this
+KLE_TIME = 0.3                  # heat-kernel time t of kernel_language_entropy
+SAR_TEMPERATURE = 1e-3          # Duan et al. (2024): t in SentSAR
+
+_SAMPLED = {Need.SAMPLES}
+
+
+def _sample_labels(record: Record, ctx: ScoringContext) -> np.ndarray:
+    require_samples(record)
+    labels: np.ndarray = clusters(record, ctx)
+    return labels[1:]
+
+
+def _entropy(p: np.ndarray) -> float:
+    p = p[p > 0]
+    return float(-(p * np.log(p)).sum())
+
+
+@scorer("agreement", needs=_SAMPLED, cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+def agreement(record: Record, ctx: ScoringContext) -> float:
+    r"""Share of sampled answers equivalent to the greedy answer (its cluster frequency).
+
+    .. math:: c = \frac{1}{k}\sum_{i=1}^{k} \mathbb{1}\big[s_i \in C(y^*)\big]
+
+    In [0, 1]; a probability-like confidence (see
+    :func:`semantic_calibration_error`).
+
+    References: [1] Wang et al., 2023, "Self-Consistency Improves Chain of
+    Thought Reasoning in Language Models", ICLR; [2] Xiong et al., 2024, "Can
+    LLMs Express Their Uncertainty?", ICLR (consistency-based confidence).
+    """
+    labels = clusters(record, ctx)
+    require_samples(record)
+    return float(np.mean(labels[1:] == labels[0]))
+
+
+@scorer("num_sets", needs=_SAMPLED, cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+def num_sets(record: Record, ctx: ScoringContext) -> float:
+    r"""Negated number of semantic clusters among the sampled answers.
+
+    .. math:: c = -\,\big|\{C(s_1), \dots, C(s_k)\}\big|
+
+    References: [1] Lin, Trivedi & Sun, 2024, "Generating with Confidence:
+    Uncertainty Quantification for Black-box Large Language Models", TMLR
+    (NumSemSets); [2] Kuhn, Gal & Farquhar, 2023, ICLR.
+    """
+    return -float(len(np.unique(_sample_labels(record, ctx))))
+
+
+@scorer("semantic_entropy", needs=_SAMPLED, cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+def semantic_entropy(record: Record, ctx: ScoringContext) -> float:
+    r"""Negated discrete semantic entropy, from cluster frequencies among the samples.
+
+    .. math:: c = \sum_{C} \hat p(C) \log \hat p(C), \qquad
+              \hat p(C) = \frac{|\{i : s_i \in C\}|}{k}
+
+    Needs no token probabilities, so it works with any backend.
+
+    References: [1] Farquhar, Kossen, Kuhn & Gal, 2024, "Detecting
+    hallucinations in large language models using semantic entropy", Nature
+    630 (discrete semantic entropy).
+    """
+    labels = _sample_labels(record, ctx)
+    p = np.bincount(labels) / labels.size
+    return -_entropy(p)
+
+
+@scorer("semantic_entropy_weighted", needs={Need.SAMPLES, Need.TOKEN_LOGPROBS},
+        cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+def semantic_entropy_weighted(record: Record, ctx: ScoringContext) -> float:
+    r"""Negated semantic entropy with cluster probabilities from sequence likelihoods.
+
+    .. math::
+        \tilde p(C) = \sum_{s \in C,\ s \text{ unique}} \exp\Big(\frac{1}{T_s}\sum_t
+            \log p_t(s_t)\Big), \quad
+        p(C) = \frac{\tilde p(C)}{\sum_{C'} \tilde p(C')}, \quad
+        c = \sum_C p(C) \log p(C)
+
+    Each distinct sample text counts once (repeated samples are the same
+    sequence); its likelihood is length-normalised as in Kuhn et al.
+
+    References: [1] Kuhn, Gal & Farquhar, 2023, "Semantic Uncertainty:
+    Linguistic Invariances for Uncertainty Estimation in Natural Language
+    Generation", ICLR; [2] Farquhar et al., 2024, Nature (normalised cluster
+    probabilities).
+    """
+    samples = require_samples(record)
+    labels = _sample_labels(record, ctx)
+    logp = sample_logprobs(samples, normalize=True)
+    seen: set[str] = set()
+    mass = np.zeros(int(labels.max()) + 1)
+    shift = float(logp.max())
+    for text, label, lp in zip((s.text.strip() for s in samples), labels, logp):
+        if text in seen:
+            continue
+        seen.add(text)
+        mass[label] += np.exp(lp - shift)  # shifted for stability; cancels in p(C)
+    return -_entropy(mass / mass.sum())
+
+
+# ---------------------------------------------------------------------------
+# graph scorers on the judge's affinity matrix
+
+
+def _sample_affinity(record: Record, ctx: ScoringContext) -> np.ndarray:
+    require_samples(record, 2)
+    w: np.ndarray = affinity(record, ctx)
+    return w[1:, 1:]
+
+
+def _normalized_laplacian(w: np.ndarray) -> np.ndarray:
+    d = w.sum(axis=1)
+    inv_sqrt = 1.0 / np.sqrt(d)  # d_j >= W_jj = 1 > 0
+    return np.eye(len(w)) - inv_sqrt[:, None] * w * inv_sqrt[None, :]
+
+
+@scorer("eigv", needs=_SAMPLED, cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+def eigv(record: Record, ctx: ScoringContext) -> float:
+    r"""Negated sum of eigenvalues of the graph Laplacian (a soft number of clusters).
+
+    .. math:: L = I - D^{-1/2} W D^{-1/2}, \quad D = \operatorname{diag}(W\mathbf 1), \quad
+              c = -\sum_{j=1}^{k} \max(0, 1 - \lambda_j(L))
+
+    With a 0/1 judge (``exact``, ``numeric``, ``ast``) this equals
+    ``num_sets``.
+
+    References: [1] Lin, Trivedi & Sun, 2024, "Generating with Confidence",
+    TMLR (U_EigV).
+    """
+    lam = np.linalg.eigvalsh(_normalized_laplacian(_sample_affinity(record, ctx)))
+    return -float(np.clip(1.0 - lam, 0.0, None).sum())
+
+
+@scorer("degree", needs=_SAMPLED, cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+def degree(record: Record, ctx: ScoringContext) -> float:
+    r"""Negated degree-matrix uncertainty: one minus the mean normalised degree.
+
+    .. math:: c = -\frac{\operatorname{tr}(kI - D)}{k^2}
+              = \frac{1}{k^2}\sum_{j,l} W_{jl} - 1
+
+    References: [1] Lin, Trivedi & Sun, 2024, "Generating with Confidence",
+    TMLR (U_Deg).
+    """
+    w = _sample_affinity(record, ctx)
+    k = len(w)
+    return -float((k * k - w.sum()) / (k * k))
+
+
+@scorer("eccentricity", needs=_SAMPLED, cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+def eccentricity(record: Record, ctx: ScoringContext) -> float:
+    r"""Negated spread of the samples in the Laplacian's spectral embedding.
+
+    .. math:: c = -\Big(\sum_{j=1}^{k} \lVert v_j - \bar v\rVert_2^2\Big)^{1/2}
+
+    where :math:`v_j` is row :math:`j` of the eigenvectors of :math:`L = I -
+    D^{-1/2} W D^{-1/2}` whose eigenvalues are below 0.9
+    (:data:`ECC_EIGENVALUE_THRESHOLD`), and :math:`\bar v` their mean. For a
+    0/1 judge with :math:`m` clusters this is :math:`-\sqrt{m - 1}`.
+
+    References: [1] Lin, Trivedi & Sun, 2024, "Generating with Confidence",
+    TMLR (U_Ecc).
+    """
+    lam, vec = np.linalg.eigh(_normalized_laplacian(_sample_affinity(record, ctx)))
+    v = vec[:, lam < ECC_EIGENVALUE_THRESHOLD]
+    return -float(np.linalg.norm(v - v.mean(axis=0, keepdims=True)))
+
+
+@scorer("kernel_language_entropy", needs=_SAMPLED, cost=Cost.MODEL_CALLS,
+        n_samples=DEFAULT_SAMPLES)
+def kernel_language_entropy(record: Record, ctx: ScoringContext) -> float:
+    r"""Negated von Neumann entropy of the unit-trace heat kernel of the samples' graph.
+
+    .. math::
+        L = D - W, \quad K = \frac{e^{-tL}}{\operatorname{tr} e^{-tL}}, \quad
+        c = \operatorname{tr}(K \log K) = \sum_j \mu_j \log \mu_j, \quad
+        \mu_j = \frac{e^{-t\lambda_j(L)}}{\sum_l e^{-t\lambda_l(L)}}
+
+    with :math:`t = 0.3` (:data:`KLE_TIME`). :math:`k` unrelated samples give
+    :math:`-\log k`.
+
+    References: [1] Nikitin, Kossen, Gal & Marttinen, 2024, "Kernel Language
+    Entropy: Fine-grained Uncertainty Quantification for LLMs from Semantic
+    Similarities", NeurIPS.
+    """
+    w = _sample_affinity(record, ctx)
+    lam = np.linalg.eigvalsh(np.diag(w.sum(axis=1)) - w)
+    z = -KLE_TIME * lam
+    mu = np.exp(z - z.max())
+    return -_entropy(mu / mu.sum())
+
+
+# ---------------------------------------------------------------------------
+# relevance-weighted and hybrid scorers
+
+
+def _token_sar(record: Record, ctx: ScoringContext, gen: Generation, name: str) -> float:
+    r"""TokenSAR(g) = -sum_i w_i log p(z_i), w from embedding relevance of each token."""
+    if gen.token_logprobs is None:
+        raise CannotScore("the backend gave no token logprobs")
+    logp = np.asarray(gen.token_logprobs, dtype=np.float64)
+    tokens = list(gen.tokens)
+    if logp.size == 0:
+        raise CannotScore("empty answer: no tokens to weigh")
+    if len(tokens) != logp.size:
+        raise CannotScore("the backend gave no token texts to measure relevance with")
+    q = question(record)
+    texts = [f"{q} {''.join(tokens).strip()}"] + [
+        f"{q} {''.join(tokens[:i] + tokens[i + 1:]).strip()}" for i in range(len(tokens))]
+    e = embeddings(record, ctx, name, texts)
+    relevance = np.clip(1.0 - e[1:] @ e[0], 0.0, None)
+    total = relevance.sum()
+    weights = relevance / total if total > 0 else np.full(logp.size, 1.0 / logp.size)
+    return float(-(weights * logp).sum())
+
+
+@scorer("token_sar", needs={Need.TOKEN_LOGPROBS}, cost=Cost.FEATURES)
+def token_sar(record: Record, ctx: ScoringContext) -> float:
+    r"""Negated TokenSAR: relevance-weighted negative log-likelihood of the greedy answer.
+
+    .. math::
+        R(z_i) = 1 - \cos\big(e(x \oplus y),\ e(x \oplus y_{\setminus i})\big), \quad
+        \tilde R_i = \frac{R(z_i)}{\sum_j R(z_j)}, \quad
+        c = \sum_{i=1}^{T} \tilde R_i \log p_i(z_i)
+
+    :math:`e` is the all-MiniLM-L6-v2 sentence embedding, :math:`x` the
+    question and :math:`y_{\setminus i}` the answer without token :math:`i`
+    (relevance clipped at 0; uniform weights if no token changes the
+    embedding).
+
+    References: [1] Duan et al., 2024, "Shifting Attention to Relevance:
+    Towards the Predictive Uncertainty Quantification of Free-Form Large
+    Language Models", ACL (token-level SAR).
+    """
+    return -_token_sar(record, ctx, record.greedy, "token_sar:greedy")
+
+
+@scorer("sar", needs={Need.SAMPLES, Need.TOKEN_LOGPROBS}, cost=Cost.MODEL_CALLS,
+        n_samples=DEFAULT_SAMPLES)
+def sar(record: Record, ctx: ScoringContext) -> float:
+    r"""Negated SAR: sentence- and token-relevance-shifted uncertainty over the samples.
+
+    .. math::
+        p'(s_j) = e^{-\mathrm{TokenSAR}(s_j)}, \quad
+        \mathrm{SentSAR}(s_j) = -\log\Big(p'(s_j) + \frac{1}{t}\sum_{l \ne j}
+            R_S(s_j, s_l)\, p'(s_l)\Big), \quad
+        c = -\frac{1}{k}\sum_{j=1}^{k} \mathrm{SentSAR}(s_j)
+
+    :math:`R_S` is the embedding cosine similarity clipped to [0, 1] and
+    :math:`t = 10^{-3}` (:data:`SAR_TEMPERATURE`, the paper's value).
+
+    References: [1] Duan et al., 2024, "Shifting Attention to Relevance", ACL (SAR).
+    """
+    samples = require_samples(record, 2)
+    p = np.exp(-np.array([_token_sar(record, ctx, s, f"token_sar:sample{i}")
+                          for i, s in enumerate(samples)]))
+    e = embeddings(record, ctx, "answers", answers(record))[1:]
+    sim = np.clip(e @ e.T, 0.0, 1.0)
+    np.fill_diagonal(sim, 0.0)
+    shifted = p + (sim @ p) / SAR_TEMPERATURE
+    return float(np.mean(np.log(shifted)))
+
+
+@scorer("cocoa", needs={Need.SAMPLES, Need.TOKEN_LOGPROBS}, cost=Cost.MODEL_CALLS,
+        n_samples=DEFAULT_SAMPLES)
+def cocoa(record: Record, ctx: ScoringContext) -> float:
+    r"""Negated CoCoA: the greedy answer's uncertainty times its inconsistency with the samples.
+
+    .. math:: c = -\Big(-\log P(y^* \mid x)\Big) \cdot
+              \frac{1}{k}\sum_{i=1}^{k}\big(1 - W_{y^*, s_i}\big)
+
+    :math:`W` is the judge's affinity (greedy answer against each sample);
+    :math:`-\log P(y^*|x)` is the MSP uncertainty (CoCoA\ :sub:`MSP`).
+
+    References: [1] Vashurin et al., 2025, "Uncertainty Quantification for
+    LLMs through Minimum Bayes Risk: Bridging Confidence and Consistency"
+    (CoCoA).
+    """
+    require_samples(record)
+    if record.greedy.token_logprobs is None:
+        raise CannotScore("the backend gave no token logprobs")
+    u = -float(np.sum(np.asarray(record.greedy.token_logprobs, dtype=np.float64)))
+    w = affinity(record, ctx)
+    return -u * float(np.mean(1.0 - w[0, 1:]))
+
+
+# ---------------------------------------------------------------------------
+# function calling
+
+
+def _char_offsets(text: str) -> list[int]:
+    starts = [0]
+    for line in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    return starts
+
+
+def _to_char(text: str, starts: list[int], lineno: int, byte_col: int) -> int:
+    line_start = starts[lineno - 1]
+    line = text[line_start:starts[lineno] if lineno < len(starts) else len(text)]
+    return line_start + len(line.encode("utf-8")[:byte_col].decode("utf-8", errors="ignore"))
+
+
+def _leaf_spans(node: ast.AST, span: Any) -> Iterable[tuple[int, int]]:
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        for elt in node.elts:
+            yield from _leaf_spans(elt, span)
+    elif isinstance(node, ast.Dict):
+        for value in node.values:  # keys of nested objects are names, not values
+            if value is not None:
+                yield from _leaf_spans(value, span)
+    elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+        start, end = span(node)
+        yield start + 1, end - 1  # without the quotes
+    else:
+        yield span(node)
+
+
+def _calls_spans(tree: ast.Expression, span: Any) -> list[tuple[int, int]]:
+    body = tree.body
+    elements = body.elts if isinstance(body, (ast.List, ast.Tuple)) else [body]
+    out: list[tuple[int, int]] = []
+    for el in elements:
+        if isinstance(el, ast.Call):
+            out.append(span(el.func))
+            for arg in [*el.args, *(kw.value for kw in el.keywords)]:
+                out.extend(_leaf_spans(arg, span))
+        elif isinstance(el, ast.Dict):
+            fields = {k.value: v for k, v in zip(el.keys, el.values)
+                      if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+            name = fields.get("name")
+            if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+                return []
+            out.extend(_leaf_spans(name, span))
+            args = next((fields[k] for k in ("arguments", "parameters", "args") if k in fields),
+                        None)
+            if isinstance(args, ast.Dict):
+                for value in args.values:
+                    out.extend(_leaf_spans(value, span))
+            elif args is not None:
+                out.extend(_leaf_spans(args, span))
+        else:
+            return []
+    return out
+
+
+_FENCE = re.compile(r"```[\w-]*[ \t]*\n?(.*?)```", re.S)
+
+
+def meaningful_spans(text: str) -> list[tuple[int, int]] | None:
+    """Character spans of the function names and argument values of the calls in ``text``.
+
+    JSON (``[{"name": f, "arguments": {...}}]``) or Python call syntax
+    (``f(a=1)``), inside a code fence or not. String values are spanned
+    without their quotes; argument names, keys and punctuation are left out.
+    ``None`` if no call parses.
+
+    >>> text = '[{"name": "area", "arguments": {"r": 2}}]'
+    >>> [text[a:b] for a, b in meaningful_spans(text)]
+    ['area', '2']
+    >>> [text[a:b] for a, b in meaningful_spans("f(x='a b', y=[1, -2])")]
+    ['f', 'a b', '1', '-2']
+    """
+    candidates = [(m.start(1), m.group(1)) for m in _FENCE.finditer(text)] + [(0, text)]
+    begin = min((i for i in (text.find("["), text.find("{")) if i >= 0), default=-1)
+    end = max(text.rfind("]"), text.rfind("}"))
+    if 0 <= begin < end:
+        candidates.append((begin, text[begin:end + 1]))
+    for offset, cand in candidates:
+        lead = len(cand) - len(cand.lstrip())
+        body = cand.strip()
+        if not body:
+            continue
+        source = re.sub(r"\btrue\b|\bfalse\b|\bnull\b", lambda m: {
+            "true": "True", "false": "False", "null": "None"}[m.group()], body)
+        if len(source) != len(body):  # pragma: no cover - replacements keep lengths
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", SyntaxWarning)  # JSON escapes like "\/"
+                tree = ast.parse(source, mode="eval")
+        except SyntaxError:
+            continue
+        starts = _char_offsets(body)
+
+        def span(node: Any, body: str = body, starts: list[int] = starts,
+                 base: int = offset + lead) -> tuple[int, int]:
+            return (base + _to_char(body, starts, node.lineno, node.col_offset),
+                    base + _to_char(body, starts, node.end_lineno, node.end_col_offset))
+
+        spans = _calls_spans(tree, span)
+        if spans:
+            return spans
+    return None
+
+
+@scorer("meaningful_logprob", needs={Need.TOKEN_LOGPROBS})
+def meaningful_logprob(record: Record) -> float:
+    r"""Mean log-probability over the tokens that carry a function call's meaning.
+
+    .. math:: c = \frac{1}{|M|}\sum_{t \in M} \log p_t(y_t)
+
+    where :math:`M` holds the answer tokens that overlap the function name or
+    an argument value (:func:`meaningful_spans`), leaving out JSON
+    punctuation, quotes, keys and argument names, whose probabilities say
+    little about whether the call is right. For function-calling tasks
+    (``bfcl``); an answer with no parseable call cannot be scored.
+
+    References: [1] Seed 000 / "Uncertainty Quantification for LLM
+    Function-Calling" (log-probabilities over semantically meaningful tokens).
+    """
+    gen = record.greedy
+    if gen.token_logprobs is None:
+        raise CannotScore("the backend gave no token logprobs")
+    logp = np.asarray(gen.token_logprobs, dtype=np.float64)
+    if not gen.tokens or len(gen.tokens) != logp.size:
+        raise CannotScore("the backend gave no token texts to locate the call's values")
+    raw = "".join(gen.tokens)
+    spans = meaningful_spans(raw)
+    if spans is None:
+        raise CannotScore("the answer holds no parseable function call")
+    token_ends = np.cumsum([len(t) for t in gen.tokens])
+    token_starts = token_ends - np.array([len(t) for t in gen.tokens])
+    keep = np.zeros(logp.size, dtype=bool)
+    ordered = sorted(spans)
+    span_starts = [a for a, _ in ordered]
+    for i, (a, b) in enumerate(zip(token_starts, token_ends)):
+        j = bisect.bisect_left(span_starts, b)  # spans starting before the token ends
+        keep[i] = any(s_end > a and s_start < s_end for s_start, s_end in ordered[:j])
+    if not keep.any():
+        raise CannotScore("the function call has no name or value tokens")
+    return float(logp[keep].mean())
+
+
+# ---------------------------------------------------------------------------
+# semantic calibration
+
+
+def semantic_calibration_error(records: Sequence[Record], *, grader: str | None = None,
+                               judge: str | Judge = "exact", n_bins: int = 10,
+                               **judge_options: Any) -> float:
+    r"""Calibration error of the greedy answer's cluster frequency as P(correct).
+
+    .. math:: \hat p_n = \frac{1}{k}\sum_{i=1}^{k}\mathbb 1[s_{n,i} \in C(y^*_n)], \qquad
+              \mathrm{ECE} = \sum_{b=1}^{B} \frac{|S_b|}{N}\,
+              \Big|\overline{g}_{S_b} - \overline{\hat p}_{S_b}\Big|
+
+    :math:`\hat p_n` is ``agreement`` for record :math:`n` (clusters from
+    ``judge``) and :math:`g_n` its grade; the ECE is
+    :func:`confide.metrics.calibration_error` with ``n_bins`` equal-width bins.
+
+    Parameters
+    ----------
+    records : stored records with samples and grades
+    grader : str, optional
+        Which stored grade to use; default: the only grader of the records.
+    judge : str or Judge, default "exact"
+    n_bins : int, default 10
+
+    Returns
+    -------
+    float in [0, 1]; lower is better.
+
+    Raises
+    ------
+    InvalidInputError
+        No records, a record without samples or without the grade, or an
+        ambiguous grader.
+
+    References
+    ----------
+    [1] Seed 000 / "Trained on Tokens, Calibrated on Concepts: The Emergence
+        of Semantic Calibration in LLMs" (semantic calibration of sampled
+        answers' cluster frequencies).
+    [2] Guo et al., 2017, "On Calibration of Modern Neural Networks", ICML (ECE).
+    """
+    from confide.metrics import calibration_error
+
+    if not records:
+        raise InvalidInputError("no records to measure", field="records")
+    if grader is None:
+        names = sorted({g for r in records for g in r.grades})
+        if len(names) != 1:
+            raise InvalidInputError(f"name one grader of {names}", field="grader")
+        grader = names[0]
+    judge_obj = judge if isinstance(judge, Judge) else make_judge(judge, **judge_options)
+    ctx = ScoringContext(judge=judge_obj)
+    probability, correct = [], []
+    for r in records:
+        if not r.samples:
+            raise InvalidInputError(f"record {r.item.id!r} has no samples", field="samples")
+        if grader not in r.grades:
+            raise InvalidInputError(f"record {r.item.id!r} has no {grader!r} grade",
+                                    field="grades")
+        probability.append(agreement(r, ctx))
+        correct.append(r.grades[grader])
+    return calibration_error(probability, correct, n_bins=n_bins)

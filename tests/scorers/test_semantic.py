@@ -1,0 +1,253 @@
+"""Semantic scorers: exact entropy and graph values on sample sets with known clusters."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from confide.errors import InvalidInputError
+from confide.judges import AstJudge, Decision, ExactJudge, Judge
+from confide.records import Generation, Item, Record
+from confide.scorers import SCORERS, ScoringContext, run_scorer
+from confide.scorers import semantic as sem
+from confide.scorers.semantic import meaningful_spans, semantic_calibration_error
+
+SEMANTIC = ["agreement", "num_sets", "semantic_entropy", "semantic_entropy_weighted", "eigv",
+            "degree", "eccentricity", "kernel_language_entropy", "sar", "token_sar", "cocoa"]
+
+
+def gen(text: str, logprobs=(-0.5,), tokens=None) -> Generation:
+    lp = np.asarray(logprobs, dtype=np.float32)
+    return Generation(text=text, token_ids=list(range(lp.size)),
+                      tokens=list(tokens) if tokens is not None else [text] * lp.size,
+                      token_logprobs=lp)
+
+
+def record(samples, greedy=None, item_id="q", **metadata) -> Record:
+    return Record(item=Item(item_id, "What is the capital of France?", ["Paris"], metadata),
+                  greedy=greedy or gen("Paris", [-0.5, -0.3]), samples=samples)
+
+
+# Clusters under the exact judge: {Paris, paris., Paris} (with the greedy), {Lyon}, {Marseille}
+SAMPLES = [gen("Paris", [-0.1]), gen("paris.", [-0.2, -0.4]), gen("Lyon", [-1.0]),
+           gen("Paris", [-0.1]), gen("Marseille", [-2.0])]
+
+
+def score(name: str, r: Record, judge: Judge | None = None) -> float:
+    value, reason = run_scorer(SCORERS[name], r, ScoringContext(judge=judge or ExactJudge()))
+    assert reason is None, reason
+    return value
+
+
+def test_agreement_is_the_greedy_cluster_frequency():
+    assert score("agreement", record(SAMPLES)) == pytest.approx(3 / 5)
+
+
+def test_num_sets_counts_sample_clusters():
+    assert score("num_sets", record(SAMPLES)) == -3.0
+
+
+def test_semantic_entropy_from_frequencies():
+    expected = 0.6 * math.log(0.6) + 2 * 0.2 * math.log(0.2)  # = -0.950270...
+    assert score("semantic_entropy", record(SAMPLES)) == pytest.approx(expected)
+    assert expected == pytest.approx(-0.9502705392)
+
+
+def test_semantic_entropy_weighted_from_unique_sequence_likelihoods():
+    # unique texts: Paris (-0.1), paris. (mean -0.3), Lyon (-1), Marseille (-2); the second
+    # "Paris" is the same sequence and counts once.
+    mass = np.array([math.exp(-0.1) + math.exp(-0.3), math.exp(-1.0), math.exp(-2.0)])
+    p = mass / mass.sum()
+    assert score("semantic_entropy_weighted", record(SAMPLES)) == pytest.approx(
+        float((p * np.log(p)).sum()))
+
+
+def test_graph_scorers_with_binary_affinity():
+    r = record(SAMPLES)
+    # 0/1 affinity, clusters of sizes 3, 1, 1: normalised-Laplacian eigenvalues 0,0,0,1,1
+    assert score("eigv", r) == pytest.approx(-3.0)
+    # (sum of W) / k^2 - 1 = (9 + 1 + 1) / 25 - 1
+    assert score("degree", r) == pytest.approx(-0.56)
+    # spectral embedding rows e_c / sqrt(|c|): spread sqrt(m - 1)
+    assert score("eccentricity", r) == pytest.approx(-math.sqrt(2))
+    # L = D - W has eigenvalues 0, 3, 3 (the 3-cluster) and 0, 0: mu ∝ 1, 1, 1, e^-0.9, e^-0.9
+    mu = np.array([1, 1, 1, math.exp(-0.9), math.exp(-0.9)])
+    mu /= mu.sum()
+    assert score("kernel_language_entropy", r) == pytest.approx(float((mu * np.log(mu)).sum()))
+
+
+def test_kernel_language_entropy_of_unrelated_samples_is_log_k():
+    r = record([gen("a"), gen("b"), gen("c")])
+    assert score("kernel_language_entropy", r) == pytest.approx(-math.log(3))
+
+
+class FixedJudge(Judge):
+    """Test fake: one fixed affinity for every pair of distinct answers."""
+
+    name = "fixed"
+
+    def __init__(self, w: float) -> None:
+        super().__init__()
+        self.w = w
+
+    def _judge(self, pairs, item):
+        return [Decision(self.w >= 0.5, self.w) for _ in pairs]
+
+
+def test_graph_scorers_with_fractional_affinity():
+    # two samples, W = [[1, a], [a, 1]], a = 0.5
+    r = record([gen("x"), gen("y")])
+    judge = FixedJudge(0.5)
+    # normalised Laplacian eigenvalues 0 and 2a/(1+a) = 2/3 → -(1 + 1/3)
+    assert score("eigv", r, judge) == pytest.approx(-4 / 3)
+    assert score("degree", r, judge) == pytest.approx(3 / 4 - 1)
+    # both eigenvalues < 0.9: rows of an orthogonal 2x2 matrix, centred spread 1
+    assert score("eccentricity", r, judge) == pytest.approx(-1.0)
+    # L = D - W eigenvalues 0, 2a = 1 → mu ∝ 1, e^-0.3
+    mu = np.array([1.0, math.exp(-0.3)])
+    mu /= mu.sum()
+    assert score("kernel_language_entropy", r, judge) == pytest.approx(
+        float((mu * np.log(mu)).sum()))
+
+
+def test_cocoa_hand_computed():
+    # u = -log P(y*) = 0.8; greedy agrees with 3 of 5 samples → mean(1 - W) = 0.4
+    assert score("cocoa", record(SAMPLES)) == pytest.approx(-0.32, abs=1e-6)
+
+
+def test_cocoa_with_fractional_affinity():
+    r = record([gen("x"), gen("y")])
+    assert score("cocoa", r, FixedJudge(0.25)) == pytest.approx(-0.8 * 0.75, abs=1e-6)
+
+
+def test_token_sar_single_token_is_its_log_probability():
+    r = record([], greedy=gen("Paris", [-0.7]))
+    assert score("token_sar", r) == pytest.approx(-0.7, abs=1e-6)
+
+
+def test_token_sar_matches_its_formula():
+    from confide.grading import embed_texts
+
+    tokens, lp = ["The", " capital", " is", " Paris"], np.array([-0.2, -1.0, -0.1, -2.0])
+    r = record([], greedy=gen("The capital is Paris", lp, tokens))
+    q = "What is the capital of France?"
+    e = embed_texts([f"{q} The capital is Paris"] + [
+        f"{q} {''.join(tokens[:i] + tokens[i + 1:]).strip()}" for i in range(4)])
+    rel = np.clip(1 - e[1:] @ e[0], 0, None)
+    expected = float((rel / rel.sum() * lp).sum())
+    value = score("token_sar", r)
+    assert value == pytest.approx(expected, rel=1e-5)
+    assert lp.min() <= value <= lp.max()
+
+
+def test_sar_identical_samples_hand_computed():
+    # each sample one token (TokenSAR = -log p), identical texts (R_S = 1):
+    # SentSAR = -log(p + p / t), c = log(p (1 + 1/t)) with p = e^-0.5, t = 1e-3
+    r = record([gen("Paris", [-0.5]), gen("Paris", [-0.5])])
+    assert score("sar", r) == pytest.approx(-0.5 + math.log(1 + 1 / sem.SAR_TEMPERATURE),
+                                            abs=1e-4)
+
+
+def test_semantic_scorers_need_samples():
+    for name in ["agreement", "num_sets", "semantic_entropy", "eigv", "sar", "cocoa"]:
+        value, reason = run_scorer(SCORERS[name], record([]), ScoringContext())
+        assert math.isnan(value) and "sampled answer" in reason, name
+
+
+def test_context_without_judge_uses_exact():
+    ctx = ScoringContext()
+    value, _ = run_scorer(SCORERS["agreement"], record(SAMPLES), ctx)
+    assert value == pytest.approx(0.6) and ctx.judge.name == "exact"
+
+
+def test_cache_never_changes_results():
+    records = [record(SAMPLES, item_id="a"),
+               record([gen("x"), gen("y"), gen("x")], item_id="b"),
+               record([gen("Lyon"), gen("Lyon")], greedy=gen("Lyon", [-1.0]), item_id="c")]
+    names = [n for n in SEMANTIC if n not in ("sar", "token_sar")]  # embeddings tested above
+    shared = ScoringContext(judge=FixedJudge(0.6))
+    warm = {(r.item.id, n): run_scorer(SCORERS[n], r, shared)[0] for r in records for n in names}
+    again = {(r.item.id, n): run_scorer(SCORERS[n], r, shared)[0]
+             for r in records[::-1] for n in names[::-1]}
+    cold = {(r.item.id, n): run_scorer(SCORERS[n], r, ScoringContext(judge=FixedJudge(0.6)))[0]
+            for r in records for n in names}
+    assert warm == again == cold
+    # the shared judge judged each record's unique pairs once: 4, 3 and 1 unique answers
+    assert shared.judge.calls == 6 + 3 + 0
+
+
+def test_semantic_entropy_with_ast_judge_on_function_calls():
+    tools = [{"name": "area", "parameters": {"properties": {
+        "r": {"type": "float"}, "unit": {"type": "string", "default": "cm"}}}}]
+    r = record([gen('[{"name": "area", "arguments": {"r": 2}}]'), gen('area(r=2.0, unit="cm")'),
+                gen("area(r=3)"), gen('area(unit="CM", r=2)')],
+               greedy=gen("area(r=2)"), tools=tools)
+    assert score("semantic_entropy", r, AstJudge()) == pytest.approx(
+        0.75 * math.log(0.75) + 0.25 * math.log(0.25))
+    assert score("agreement", r, AstJudge()) == pytest.approx(0.75)
+
+
+def test_meaningful_spans_json_and_python():
+    text = '[{"name": "area", "arguments": {"r": 2, "unit": "cm", "opts": {"x": [1, true]}}}]'
+    assert [text[a:b] for a, b in meaningful_spans(text)] == ["area", "2", "cm", "1", "true"]
+    text = 'Sure:\n```json\n{"name": "é.f", "arguments": {"s": "naïve"}}\n```'
+    assert [text[a:b] for a, b in meaningful_spans(text)] == ["é.f", "naïve"]
+    text = "[math.hypot(x=4, y=-5), g('a')]"
+    assert [text[a:b] for a, b in meaningful_spans(text)] == ["math.hypot", "4", "-5", "g", "a"]
+    assert meaningful_spans("I cannot call a function.") is None
+
+
+def test_meaningful_logprob_hand_computed():
+    tokens = ['[{"', "name", '":', ' "', "area", '",', ' "', "arguments", '":', ' {"', "r",
+              '":', " 2", "}}]"]
+    lp = np.full(len(tokens), -5.0)
+    lp[4], lp[12] = -0.2, -0.6  # "area" and " 2" carry the meaning
+    r = record([], greedy=gen("".join(tokens), lp, tokens))
+    value, reason = run_scorer(SCORERS["meaningful_logprob"], r)
+    assert reason is None and value == pytest.approx(-0.4)
+
+
+def test_meaningful_logprob_without_a_call_cannot_score():
+    r = record([], greedy=gen("Paris is nice", [-0.1, -0.2, -0.3], ["Paris", " is", " nice"]))
+    value, reason = run_scorer(SCORERS["meaningful_logprob"], r)
+    assert math.isnan(value) and "no parseable function call" in reason
+
+
+def test_semantic_calibration_error_hand_computed():
+    def graded(item_id, greedy, samples, correct):
+        r = record([gen(s) for s in samples], greedy=gen(greedy), item_id=item_id)
+        r.grades["exact"] = correct
+        return r
+
+    records = [graded("a", "x", ["x", "x"], 1.0),   # frequency 1.0
+               graded("b", "x", ["x", "x"], 0.0),   # 1.0
+               graded("c", "x", ["y", "z"], 0.0),   # 0.0
+               graded("d", "x", ["x", "y"], 1.0)]   # 0.5
+    # two bins: [0, .5) holds 0.0 (gap 0); [.5, 1] holds 1, 1, .5 with 2 right: |2 - 2.5| / 4
+    assert semantic_calibration_error(records, n_bins=2) == pytest.approx(0.125)
+    with pytest.raises(InvalidInputError, match="no samples"):
+        semantic_calibration_error([record([], item_id="e")], grader="exact")
+    with pytest.raises(InvalidInputError, match="grader"):
+        semantic_calibration_error([record(SAMPLES)])
+
+
+@pytest.mark.parametrize("name", SEMANTIC + ["meaningful_logprob"])
+def test_semantic_scorers_document_formula_and_source(name):
+    doc = SCORERS[name].fn.__doc__ or ""
+    assert ".. math::" in doc and "References" in doc
+
+
+@pytest.mark.model
+def test_real_model_run_with_three_samples(hf_model, tmp_path):
+    from confide import api
+
+    run = api.evaluate(hf_model, task="triviaqa", scorers=["semantic_entropy", "agreement"],
+                       n_samples=3, limit=4, max_new_tokens=16, out=tmp_path / "run")
+    assert len(run.records) == 4
+    for r in run.records:
+        assert len(r.samples) == 3 and all(s.token_logprobs is not None for s in r.samples)
+        assert any(r.scores["agreement"] == pytest.approx(v) for v in (0, 1 / 3, 2 / 3, 1))
+        assert -math.log(3) - 1e-9 <= r.scores["semantic_entropy"] <= 0
+    assert run.config["judge"] is None  # the task's default judge (exact for triviaqa)
