@@ -1,0 +1,122 @@
+"""Rich tables for the decision commands (``confide calibrate/abstain/route/vote``)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from confide.decisions.abstention import AbstentionFit
+from confide.decisions.adaptive import AdaptiveReport
+from confide.decisions.calibration import CalibrationFit
+from confide.decisions.routing import CascadeCurve, CascadePoint
+from confide.decisions.voting import VoteComparison
+
+__all__ = ["render_abstention", "render_adaptive", "render_calibration", "render_cascade",
+           "render_votes"]
+
+
+def _f(value: float, digits: int = 3) -> str:
+    return "–" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+
+def render_calibration(console: Console, fit: CalibrationFit) -> None:
+    cal = fit.calibrator
+    console.print(f"[bold]{cal.method}[/bold] calibrator for [bold]{escape(cal.scorer)}[/bold] "
+                  f"on {fit.n} graded items (grader {cal.grader}; accuracy "
+                  f"{_f(fit.accuracy)})" + (f"; {fit.n_missing} without a score left out"
+                                            if fit.n_missing else ""))
+    summary = Table("ECE (in-sample)", "ECE (cross-fitted)", "Brier (cross-fitted)")
+    summary.add_row(_f(fit.insample_ece), _f(fit.crossfit_ece), _f(fit.crossfit_brier))
+    console.print(summary)
+    rel = Table("bin", "mean confidence", "accuracy", "items",
+                title="reliability (cross-fitted probabilities)", title_justify="left")
+    for lo, hi, conf, acc, n in zip(fit.reliability.lower, fit.reliability.upper,
+                                    fit.reliability.mean_confidence, fit.reliability.accuracy,
+                                    fit.reliability.counts):
+        rel.add_row(f"[{lo:.1f}, {hi:.1f})", _f(conf), _f(acc), str(int(n)))
+    console.print(rel)
+
+
+def render_abstention(console: Console, fit: AbstentionFit, *, max_rows: int = 12) -> None:
+    p = fit.policy
+    style = "green" if p.feasible else "yellow"
+    console.print(f"[{style}]{escape(p.guarantee)}[/{style}]")
+    if p.feasible:
+        out = Table("threshold", "coverage", "errors / answered (test)", "risk",
+                    f"risk bound ({1 - p.delta:g} CP)", "guaranteed bound", "p-value")
+        out.add_row(f"{p.threshold:.6g}", f"{p.coverage:.1%}", f"{p.n_errors} / {p.n_answered}",
+                    _f(p.risk), _f(p.risk_upper), f"{p.alpha:g}", f"{p.p_value:.3g}")
+        console.print(out)
+    console.print(f"Learn then Test: binomial tail p-values, fixed-sequence testing; "
+                  f"{p.n_test} testing items, {p.n_grid} set aside to place and order "
+                  f"{len(fit.thresholds)} thresholds")
+    steps = Table("test", "threshold", "answered", "errors", "p-value", "certified",
+                  title="test sequence", title_justify="left")
+    stop = int(fit.rejected.sum())
+    shown = range(min(len(fit.thresholds), max(max_rows, stop + 1)))
+    for j in shown:
+        steps.add_row(str(j + 1), f"{fit.thresholds[j]:.6g}", str(int(fit.n_answered[j])),
+                      str(int(fit.n_errors[j])), f"{fit.p_values[j]:.3g}",
+                      "yes" if fit.rejected[j] else "no — stop" if j == stop else "–")
+    console.print(steps)
+
+
+def _point_row(table: Table, label: str, point: CascadePoint) -> None:
+    table.add_row(label, "–" if math.isinf(point.threshold) else f"{point.threshold:.4g}",
+                  f"{point.escalated:.0%}", f"{point.accuracy:.3f}", f"{point.tokens:.1f}",
+                  f"{point.seconds:.3f}")
+
+
+def render_cascade(console: Console, curve: CascadeCurve, *, chosen: CascadePoint | None = None,
+                   rows: int = 11) -> None:
+    console.print(f"cascade [bold]{escape(curve.small)}[/bold] → [bold]{escape(curve.large)}"
+                  f"[/bold] on {curve.n} items (confidence {escape(curve.scorer)}, grader "
+                  f"{curve.grader})" + (f"; {curve.n_unmatched} item(s) not in both runs"
+                                        if curve.n_unmatched else ""))
+    out = Table("point", "escalate below", "escalated", "accuracy", "tokens / item",
+                "seconds / item")
+    picks = sorted({int(np.argmin(np.abs(curve.escalated - f)))
+                    for f in np.linspace(0.0, 1.0, rows)})
+    for j in picks:
+        point = curve.point(j)
+        label = ("small only" if j == 0 and point.escalated == 0 else
+                 "large only" if j == len(curve) - 1 else "")
+        _point_row(out, label, point)
+    if chosen is not None:
+        _point_row(out, "[bold]chosen[/bold]", chosen)
+    console.print(out)
+    console.print(f"small alone {curve.small_accuracy:.3f}, large alone "
+                  f"{curve.large_accuracy:.3f}, oracle routing {curve.oracle_accuracy:.3f} "
+                  f"accuracy; {len(curve)} thresholds evaluated (chosen in-sample)")
+
+
+def render_votes(console: Console, cmp: VoteComparison) -> None:
+    console.print(f"{cmp.n} records × {cmp.k} samples; clusters by the {cmp.judge} judge, "
+                  f"graded by {cmp.grader}" + (f"; {cmp.n_skipped} without samples or grade "
+                                               "skipped" if cmp.n_skipped else ""))
+    out = Table("answer", "accuracy")
+    out.add_row("greedy", _f(cmp.greedy))
+    out.add_row(f"majority vote ({cmp.k} samples)", _f(cmp.majority))
+    for t, acc in cmp.cisc_by_temperature.items():
+        out.add_row(f"CISC, T = {t:g}", _f(acc))
+    console.print(out)
+    console.print(f"CISC (T = {cmp.temperature:g}) and majority chose different clusters on "
+                  f"{cmp.changed} record(s)")
+
+
+def render_adaptive(console: Console, report: AdaptiveReport) -> None:
+    out = Table("sampling", "samples / item", "accuracy", "saved at equal accuracy",
+                title=f"adaptive sampling (Beta rule, rounds of {report.round_size}) vs fixed k",
+                title_justify="left")
+    for k, acc in report.fixed_accuracy.items():
+        out.add_row(f"fixed k = {k}", f"{k}", _f(acc), "")
+    for c, (acc, used) in report.adaptive.items():
+        k = report.matched_k[c]
+        saved = ("no fixed k reaches it" if k is None else
+                 f"{report.saved[c]:+.2f} vs k = {k}")
+        out.add_row(f"adaptive, C = {c:g}", f"{used:.2f}", _f(acc), saved)
+    console.print(out)
