@@ -111,12 +111,15 @@ class Run:
         return str(self.config.get("grader", "contains"))
 
     def evaluate(self, *, grader: str | None = None, metrics: tuple[str, ...] = ("auroc", "prr"),
-                 n_resamples: int = 1000, seed: int | None = None) -> EvalTable:
+                 n_resamples: int = 1000, seed: int | None = None,
+                 metric_options: dict[str, dict[str, Any]] | None = None) -> EvalTable:
         """Recompute the table from the stored records (no model needed)."""
-        scorers = [s for s in self.config.get("scorers", []) if s not in self.skipped_scorers]
+        stored = [s for s in self.config.get("scorers", []) if s not in self.skipped_scorers]
+        extra = [s for r in self.records for s in r.scores if s not in stored]
+        scorers = list(dict.fromkeys(stored + extra))
         return evaluate_records(self.records, grader=grader or self.grader,
                                 scorers=scorers or None, metrics=metrics,
-                                n_resamples=n_resamples,
+                                n_resamples=n_resamples, metric_options=metric_options,
                                 seed=self.config.get("seed", 0) if seed is None else seed)
 
     @cached_property

@@ -66,14 +66,14 @@ def run(
     seed: Annotated[int, typer.Option(help="run seed")] = 0,
     batch_size: Annotated[int, typer.Option(help="rows per forward pass")] = 8,
     backend: Annotated[str, typer.Option(help="model backend")] = "hf",
+    report: Annotated[bool, typer.Option("--report/--no-report",
+                                         help="write RUN/report.html at the end")] = True,
     base_url: Annotated[Optional[str], typer.Option(
         help="--backend openai: the server's API root, e.g. http://127.0.0.1:8080/v1")] = None,
     api_key_env: Annotated[str, typer.Option(
         help="--backend openai: environment variable holding the API key")] = "OPENAI_API_KEY",
     concurrency: Annotated[int, typer.Option(
         help="--backend openai: most requests in flight")] = 8,
-    report: Annotated[bool, typer.Option("--report/--no-report",
-                                         help="write RUN/report.html at the end")] = True,
     samples: Annotated[Optional[int], typer.Option(
         help="sampled answers per item (default: what the scorers need)")] = None,
     temperature: Annotated[float, typer.Option(help="sampling temperature")] = 1.0,
@@ -211,20 +211,44 @@ def export(
 def eval_(
     run_dir: Annotated[Path, typer.Argument(help="run directory")],
     grader: Annotated[Optional[str], typer.Option(help="grader stored in the run")] = None,
+    metrics: Annotated[str, typer.Option(help="comma-separated metric names (see "
+                                              "confide metrics)")] = "auroc,prr",
+    prr_cutoff: Annotated[float, typer.Option(help="PRR: largest rejection fraction")] = 0.5,
+    coverage: Annotated[float, typer.Option(help="risk_at_coverage: coverage")] = 0.8,
+    risk: Annotated[float, typer.Option(help="coverage_at_risk: tolerated risk")] = 0.1,
+    n_bins: Annotated[int, typer.Option(help="calibration metrics: bins")] = 10,
+    resamples: Annotated[int, typer.Option(help="bootstrap resamples")] = 1000,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="write the table as JSON")
                         ] = None,
 ) -> None:
-    """Recompute the evaluation table of a stored run (no model, no regeneration)."""
+    """Recompute every metric of a stored run (no model, no regeneration, no rescoring)."""
     from confide import api
     from confide.render import render_eval_table
 
+    names = tuple(m.strip() for m in metrics.split(",") if m.strip())
+    options = {"prr": {"max_rejection": prr_cutoff}, "risk_at_coverage": {"coverage": coverage},
+               "coverage_at_risk": {"risk": risk},
+               **{m: {"n_bins": n_bins} for m in ("ece", "ece_mass", "ace")}}
     with _user_errors():
         result = api.open_run(run_dir)
-        table = result.evaluate(grader=grader)
+        table = result.evaluate(grader=grader, metrics=names, n_resamples=resamples,
+                                metric_options={k: v for k, v in options.items() if k in names})
     render_eval_table(console, table, title=str(run_dir), skipped=result.skipped_scorers)
     if json_out:
         json_out.write_text(json.dumps(table.to_dict(), indent=2))
         console.print(f"wrote {json_out}")
+
+
+@app.command(name="metrics")
+def list_metrics() -> None:
+    """List the registered evaluation metrics."""
+    from confide.metrics import METRICS
+
+    out = Table("metric", "kind", "direction", "on probabilities", "summary")
+    for spec in METRICS.values():
+        out.add_row(spec.name, spec.kind, "higher better" if spec.higher_is_better
+                    else "lower better", "yes" if spec.needs_probabilities else "", spec.summary)
+    console.print(out)
 
 
 @app.command()

@@ -21,22 +21,46 @@ def fmt_interval(values: tuple[float, float, float], digits: int = 3) -> str:
     return f"{point:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
+def _num(value: float | None, digits: int = 3) -> str:
+    return "–" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+
 def render_eval_table(console: Console, table: EvalTable, *, title: str = "",
                       skipped: dict[str, str] | None = None) -> None:
+    """The scorer table: metrics with intervals, the paired comparison to the best
+    scorer, and the length audit (AUROC within length strata, Spearman with length)."""
     pct = int(round(table.level * 100))
     metric_names = list(table.rows[0].metrics) if table.rows else []
     out = Table(title=title or None, title_justify="left")
     out.add_column("scorer")
     for m in metric_names:
         out.add_column(f"{m.upper()} [{pct}% CI]", justify="right")
+    out.add_column("Δ AUROC vs best (p)", justify="right")
+    out.add_column("AUROC in length strata", justify="right")
+    out.add_column("ρ(conf, length)", justify="right")
     out.add_column("n", justify="right")
     out.add_column("NaN", justify="right")
     for row in sorted(table.rows, key=lambda r: -_sort_key(r.metrics.get("auroc"))):
-        out.add_row(row.scorer, *(fmt_interval(row.metrics[m]) for m in metric_names),
-                    str(row.n), str(row.n_nan) if row.n_nan else "")
+        vs = row.vs_best
+        diff = "best" if vs is None and "auroc" in row.metrics and \
+            not math.isnan(row.metrics["auroc"][0]) else "–"
+        if vs is not None:
+            diff = f"{vs['diff']:+.3f} (p={vs['p_value']:.2f})"
+        strat = _num(row.audit.get("stratified_auroc"))
+        if row.audit.get("lead_vanishes"):
+            strat += " ⚠"
+        out.add_row(row.scorer, *(fmt_interval(row.metrics[m]) for m in metric_names), diff,
+                    strat, _num(row.audit.get("length_spearman"), 2), str(row.n),
+                    str(row.n_nan) if row.n_nan else "")
     console.print(out)
     console.print(f"accuracy ({table.grader}): {fmt_interval(table.accuracy)} "
-                  f"on {table.n_graded} graded of {table.n_items} items")
+                  f"on {table.n_graded} graded of {table.n_items} items; "
+                  f"ρ(correct, length) = {_num(table.correct_length_spearman, 2)}")
+    if any(r.audit.get("lead_vanishes") for r in table.rows):
+        console.print("⚠ = beats the length baseline overall but not within length strata "
+                      "(Santilli et al. 2025): its lead may come from answer length")
+    for pair, tau in table.grader_agreement.items():
+        console.print(f"scorer ranking agreement, Kendall τ ({pair}): {_num(tau, 2)}")
     for row in table.rows:
         for reason, count in row.nan_reasons.items():
             console.print(f"  {row.scorer}: NaN on {count} item(s): {reason}")

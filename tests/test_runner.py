@@ -1,0 +1,113 @@
+"""Runs on the real bundled model: end to end, resume after SIGKILL, refusal, bad input."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from confide import api
+from confide.errors import ConfigMismatch, InvalidInputError, UnknownNameError
+from confide.runner import DEFAULT_SCORERS, RunConfig, execute
+
+SMALL = dict(limit=6, max_new_tokens=12, batch_size=3)
+
+
+def _comparable(run: api.Run):
+    rows = []
+    for r in run.records:
+        rows.append((r.item.id, r.greedy.text, r.greedy.token_ids, r.scores, r.grades))
+    return rows
+
+
+def test_run_end_to_end_on_bundled_model(hf_model, tmp_path):
+    run = api.evaluate(hf_model, task="triviaqa", out=tmp_path / "run", **SMALL)
+    assert len(run.records) == 6
+    for record in run.records:
+        assert set(record.scores) == set(DEFAULT_SCORERS)
+        assert "contains" in record.grades
+        assert record.greedy.n_tokens <= 12
+    table = run.table
+    assert table.n_items == table.n_graded == 6
+    assert [row.scorer for row in table.rows] == list(DEFAULT_SCORERS)
+    for row in table.rows:
+        assert set(row.metrics) == {"auroc", "prr"}
+    assert 0.0 <= table.accuracy[0] <= 1.0
+
+
+def test_run_twice_generates_nothing_new(hf_model, tmp_path):
+    first = api.evaluate(hf_model, out=tmp_path, **SMALL)
+    second = api.evaluate(hf_model, out=tmp_path, **SMALL)
+    assert first.outcome.generated == 6 and second.outcome.generated == 0
+    assert _comparable(first) == _comparable(second)
+
+
+def test_run_refuses_a_different_configuration(hf_model, tmp_path):
+    api.evaluate(hf_model, out=tmp_path, limit=3, max_new_tokens=8, batch_size=3)
+    with pytest.raises(ConfigMismatch, match="seed: stored 0, now 7"):
+        api.evaluate(hf_model, out=tmp_path, limit=3, max_new_tokens=8, batch_size=3, seed=7)
+
+
+def test_run_unknown_scorer_lists_known_ones(tmp_path):
+    with pytest.raises(UnknownNameError, match=r"Did you mean 'msp'.*Known scorers: .*length"):
+        execute(RunConfig(scorers=("mspp",)), tmp_path)
+    assert not (tmp_path / "run.sqlite").exists()  # refused before touching the store
+
+
+def test_run_empty_question_names_the_item(tmp_path):
+    data = tmp_path / "qa.jsonl"
+    data.write_text('{"question": "Who wrote Hamlet?", "references": ["Shakespeare"]}\n'
+                    '{"question": "   ", "references": ["x"]}\n')
+    with pytest.raises(InvalidInputError) as info:
+        execute(RunConfig(task=str(data)), tmp_path / "run")
+    assert "qa.jsonl" in str(info.value) or "item" in str(info.value)
+    assert "2" in str(info.value)
+
+
+def _count(db: Path) -> int:
+    try:
+        conn = sqlite3.connect(db, timeout=5)
+        try:
+            return conn.execute("SELECT COUNT(*) FROM records").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return 0
+
+
+def test_run_killed_with_sigkill_resumes_to_identical_results(tmp_path):
+    args = ["--limit", "10", "--max-new-tokens", "10", "--batch-size", "2"]
+    cmd = [sys.executable, "-m", "confide.cli", "run", *args]
+    killed, clean = tmp_path / "killed", tmp_path / "clean"
+    env = {**os.environ, "COLUMNS": "120"}
+    proc = subprocess.Popen([*cmd, "--out", str(killed)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while _count(killed / "run.sqlite") < 3 and time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    stored_before = _count(killed / "run.sqlite")
+    assert 3 <= stored_before < 10, "the kill should land mid-run"
+
+    resumed = subprocess.run([*cmd, "--out", str(killed)], env=env, capture_output=True,
+                             text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"{10 - stored_before} item(s)" in resumed.stdout
+    subprocess.run([*cmd, "--out", str(clean)], env=env, check=True, capture_output=True,
+                   timeout=600)
+
+    conn = sqlite3.connect(killed / "run.sqlite")
+    ids = [r[0] for r in conn.execute("SELECT item_id FROM records")]
+    assert len(ids) == 10 == len(set(ids))
+    a, b = api.open_run(killed), api.open_run(clean)
+    assert _comparable(a) == _comparable(b)
+    assert a.table.to_dict() == b.table.to_dict()
