@@ -378,3 +378,23 @@ def test_bfcl_full_ground_truth_self_match_json_and_python():
             f"{n}(" + ", ".join(f"{k}={v!r}" for k, v in a.items()) + ")" for n, a in calls) + "]"
         assert ast_match(as_json, it) == 1.0, it.id
         assert ast_match(as_python, it) == 1.0, it.id
+
+
+def test_user_json_array_file(tmp_path):
+    p = write(tmp_path / "arr.json", json.dumps([{"question": "a?", "references": ["x"]},
+                                                 {"question": "b?", "references": ["y"]}]))
+    task = load_task(p)
+    assert [it.id for it in task.items] == ["arr-1", "arr-2"]
+    p = write(tmp_path / "lines.json", '{"question": "a?"}\n{"question": "b?"}\n')
+    assert len(load_task(p).items) == 2
+    p = write(tmp_path / "broken.json", '[{"question": "a?"},\n {"question": }]')
+    with pytest.raises(InvalidInputError, match=r"broken.json:2: record: malformed JSON"):
+        load_task(p)
+
+
+def test_mmlu_num_fewshot_checked_per_subject():
+    assert load_task("mmlu", subject="anatomy", num_fewshot=5).num_fewshot == 5
+    with pytest.raises(InvalidInputError, match="num_fewshot"):
+        load_task("mmlu", subject="anatomy", num_fewshot=6)
+    with pytest.raises(InvalidInputError, match="num_fewshot"):
+        load_task("triviaqa", num_fewshot=True)

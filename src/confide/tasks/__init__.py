@@ -94,7 +94,7 @@ def _apply_common(t: Task, common: dict[str, Any]) -> None:
         t.options["prompt_template"] = common["prompt_template"]
     for key in ("num_fewshot", "chat_fewshot"):
         if key in common:
-            check_fewshot(common[key], t.fewshot, t.name)
+            check_fewshot(common[key], t)
             setattr(t, key, common[key])
     if "max_new_tokens" in common:
         n = common["max_new_tokens"]

@@ -267,11 +267,22 @@ def pop_options(options: dict[str, Any], allowed: dict[str, Any], task_name: str
     return taken
 
 
-def check_fewshot(num_fewshot: int, pool: list[Item], task_name: str) -> None:
-    if not isinstance(num_fewshot, int) or num_fewshot < 0:
+def check_fewshot(num_fewshot: int, task: Task) -> None:
+    """Reject a negative count, or more exemplars than some item of ``task`` can get."""
+    if not isinstance(num_fewshot, int) or isinstance(num_fewshot, bool) or num_fewshot < 0:
         raise InvalidInputError(f"must be a non-negative integer, not {num_fewshot!r}",
                                 field="num_fewshot")
-    if num_fewshot > len(pool):
-        raise InvalidInputError(f"task {task_name!r} has only {len(pool)} few-shot exemplars, "
-                                f"{num_fewshot} asked", field="num_fewshot")
-
+    if num_fewshot == 0:
+        return
+    if task.fewshot_key is None:
+        available = len(task.fewshot)
+    else:
+        counts: dict[Any, int] = {}
+        for ex in task.fewshot:
+            key = ex.metadata.get(task.fewshot_key)
+            counts[key] = counts.get(key, 0) + 1
+        available = min((counts.get(it.metadata.get(task.fewshot_key), 0) for it in task.items),
+                        default=0)
+    if num_fewshot > available:
+        raise InvalidInputError(f"task {task.name!r} has only {available} few-shot exemplars "
+                                f"for some items, {num_fewshot} asked", field="num_fewshot")

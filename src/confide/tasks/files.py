@@ -1,7 +1,7 @@
 """Reading data files into Items: JSONL, CSV, Parquet and Hugging Face ``datasets``.
 
 Every reader yields ``(line, record)`` with a 1-based line (JSONL: physical
-line; CSV: the line where the record starts, the header being line 1;
+line; a ``.json`` file holding one array: the element number; CSV: the line where the record starts, the header being line 1;
 Parquet and ``datasets``: the row number, 1-based). A record that cannot be
 used raises :class:`~confide.errors.InvalidInputError` whose message starts
 with ``file:line: field:``, or — with ``on_bad_record="skip"`` — is skipped and
@@ -38,10 +38,29 @@ from confide.errors import InvalidInputError
 from confide.records import Item
 from confide.tasks.base import LETTERS, BadRecords, Task, file_sha256, pop_options
 
-__all__ = ["SUFFIXES", "iter_csv", "iter_jsonl", "iter_parquet", "load_hf_dataset",
+__all__ = ["SUFFIXES", "iter_csv", "iter_json_array", "iter_jsonl", "iter_parquet", "load_hf_dataset",
            "load_user_file", "records_to_items"]
 
 SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
+
+
+def iter_json_array(path: str | Path, bad: BadRecords) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(n, object)`` for each element of a JSON file holding one array (n 1-based)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(f"malformed JSON ({exc.msg} at column {exc.colno})",
+                                file=str(path), line=exc.lineno, field="record") from exc
+    if not isinstance(data, list):
+        raise InvalidInputError("expected a JSON array of records (or JSON Lines)",
+                                file=str(path), field="record")
+    for n, obj in enumerate(data, start=1):
+        if not isinstance(obj, dict):
+            bad.bad(InvalidInputError(f"record {n}: expected a JSON object, got "
+                                      f"{type(obj).__name__}", file=str(path), field="record"))
+            continue
+        yield n, obj
 
 
 def iter_jsonl(path: str | Path, bad: BadRecords) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -220,6 +239,12 @@ def _choice_references(refs: list[str], choices: list[str]) -> list[str]:
     return refs
 
 
+def _starts_with_array(path: Path) -> bool:
+    with path.open(encoding="utf-8") as fh:
+        head = fh.read(4096).lstrip()
+    return head.startswith("[")
+
+
 _MAPPING_DEFAULTS: dict[str, Any] = {
     "question_field": "question", "reference_field": None, "alias_separator": None,
     "id_field": None, "choices_field": None, "grader": None, "format": None,
@@ -256,7 +281,9 @@ def load_user_file(path: str | Path, *, on_bad_record: str = "raise",
     mapping = pop_options(options, _MAPPING_DEFAULTS, p.name)
     bad = BadRecords(on_bad_record)
     suffix = p.suffix.lower()
-    if suffix in (".jsonl", ".json"):
+    if suffix == ".json" and _starts_with_array(p):
+        rows = iter_json_array(p, bad)
+    elif suffix in (".jsonl", ".json"):
         rows = iter_jsonl(p, bad)
     elif suffix == ".csv":
         rows = iter_csv(p, bad)
