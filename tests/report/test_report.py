@@ -364,10 +364,20 @@ def test_cli_report_missing_run_is_an_error(tmp_path):
 def test_report_of_a_real_model_run(hf_model, tmp_path):
     from confide import api
 
+    from confide.cli import app
+
     run = api.evaluate(hf_model, task="triviaqa", limit=4, max_new_tokens=16,
                        out=tmp_path / "real")
-    page = api.report(run.path, n_resamples=50)
-    assert page == tmp_path / "real" / "report.html"
+    page = tmp_path / "real" / "report.html"
+    # `confide run` on the stored run: nothing to generate (no model load); report by default
+    args = ["run", "--task", "triviaqa", "--limit", "4", "--max-new-tokens", "16",
+            "--model", run.config["model"], "--out", str(run.path)]
+    done = CliRunner().invoke(app, [*args, "--no-report"])
+    assert done.exit_code == 0, done.output
+    assert not page.exists()
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == 0, done.output
+    assert "report written to" in done.output and page.exists()
     data = _data(page.read_text())["runs"][0]
     assert len(data["items"]) == 4
     record = run.records[0]
@@ -389,3 +399,16 @@ def test_run_view_length_audit_says_when_there_is_no_lead():
     assert by_name["length"].length["lead"] is None
     assert by_name["mean_entropy"].length["lead"] is False
     assert by_name["length"].metrics["auroc"][0] == 1.0
+
+
+def test_sample_groups_follow_the_judge_clusters():
+    judges = pytest.importorskip("confide.judges")
+    samples = [Generation(t) for t in ["12 apples", "12", "13", "twelve"]]
+    groups = sample_groups(samples, "It is 12.", judge=judges.make_judge("numeric"))
+    assert [(g["n"], g["greedy"]) for g in groups] == [(2, True), (1, False), (1, False)]
+    assert groups[0]["variants"] == ["12 apples", "12"]
+
+
+def test_report_says_how_samples_are_clustered(html):
+    assert ("clusters of equal meaning by the run&#39;s exact judge" in html
+            or "grouped by normalised exact text" in html)

@@ -223,13 +223,16 @@ def reliability_bins(probability: ArrayLike, correct: ArrayLike, *, n_bins: int 
 # --------------------------------------------------------------------------- samples
 
 
-def sample_groups(samples: Sequence[Generation], greedy_text: str | None = None
-                  ) -> list[dict[str, Any]]:
-    """Sampled answers grouped by normalised text (:func:`confide.grading.normalize_answer`).
+def sample_groups(samples: Sequence[Generation], greedy_text: str | None = None, *,
+                  judge: Any = None, item: Any = None) -> list[dict[str, Any]]:
+    """Sampled answers grouped into clusters of equal meaning.
 
-    Groups are ordered by size (largest first; ties by first appearance). Each
-    group gives its most frequent raw text, its size, up to five distinct raw
-    variants and whether it matches the greedy answer.
+    With ``judge`` (a :class:`confide.judges.Judge`), its clusters of
+    ``[greedy, *samples]`` (Kuhn et al., 2023); without, equal text after
+    :func:`confide.grading.normalize_answer`. Groups are ordered by size
+    (largest first; ties by first appearance). Each gives its most frequent raw
+    text, its size, up to five distinct raw variants and whether the greedy
+    answer belongs to it.
 
     Examples
     --------
@@ -239,15 +242,43 @@ def sample_groups(samples: Sequence[Generation], greedy_text: str | None = None
     >>> [(g["text"], g["n"], g["greedy"]) for g in groups]
     [('Paris.', 2, True), ('Lyon', 1, False)]
     """
-    groups: dict[str, dict[str, int]] = {}
-    for s in samples:
-        groups.setdefault(normalize_answer(s.text), {}).setdefault(s.text, 0)
-        groups[normalize_answer(s.text)][s.text] += 1
-    greedy_key = normalize_answer(greedy_text) if greedy_text is not None else None
+    texts = [s.text for s in samples]
+    if judge is not None:
+        labels = [int(x) for x in judge.clusters([greedy_text or "", *texts], item)]
+        keys: list[Any] = labels[1:]
+        greedy_key: Any = labels[0] if greedy_text is not None else None
+    else:
+        keys = [normalize_answer(t) for t in texts]
+        greedy_key = normalize_answer(greedy_text) if greedy_text is not None else None
+    groups: dict[Any, dict[str, int]] = {}
+    for key, text in zip(keys, texts, strict=True):
+        variants = groups.setdefault(key, {})
+        variants[text] = variants.get(text, 0) + 1
     ordered = sorted(groups.items(), key=lambda kv: -sum(kv[1].values()))  # stable
     return [{"text": max(variants, key=lambda t: variants[t]), "n": sum(variants.values()),
              "variants": list(variants)[:5], "greedy": key == greedy_key}
             for key, variants in ordered]
+
+
+def _cluster_judge(config: dict[str, Any], grader: str) -> tuple[Any, str]:
+    """The run's equivalence judge when it decides without a model, and a sentence saying
+    how the samples are grouped."""
+    fallback = "normalised exact text (lower case, no punctuation or articles)"
+    try:
+        from confide.judges import JUDGES, default_judge, make_judge
+    except ImportError:  # a build of confide without judges
+        return None, f"Samples are grouped by {fallback}."
+    name = str(config.get("judge") or default_judge(grader))
+    if name not in JUDGES:
+        return None, f"Samples are grouped by {fallback}: the run's judge {name!r} is unknown."
+    if not JUDGES[name].by_key:
+        return None, (f"Samples are grouped by {fallback}: the run's {name} judge needs a "
+                      "model, which the report does not load.")
+    try:
+        judge = make_judge(name, **dict(config.get("judge_options") or {}))
+    except ConfideError as exc:
+        return None, f"Samples are grouped by {fallback}: {exc}"
+    return judge, f"Samples are grouped into clusters of equal meaning by the run's {name} judge."
 
 
 # --------------------------------------------------------------------------- paired runs
@@ -356,6 +387,7 @@ class ScorerView:
     reliability: list[ReliabilityBin] | None = None
     reliability_note: str = ""
     length: dict[str, Any] | None = None
+    vs_best: dict[str, Any] | None = None  # paired AUROC difference to the best scorer
 
 
 @dataclass
@@ -387,6 +419,7 @@ class RunView:
     graders: GraderAgreement | None = None
     items: list[dict[str, Any]] = field(default_factory=list)
     entropy_scale: float = 1.0
+    cluster_note: str = ""
     notes: list[str] = field(default_factory=list)
 
 
@@ -426,7 +459,8 @@ def _tokens(gen: Generation) -> list[list[Any]] | None:
     return out
 
 
-def _explorer_item(position: int, record: Record, scorers: list[str]) -> dict[str, Any]:
+def _explorer_item(position: int, record: Record, scorers: list[str],
+                   judge: Any = None) -> dict[str, Any]:
     return {
         "i": position, "id": record.item.id, "q": _question(record), "a": record.greedy.text,
         "refs": list(record.item.references), "g": {k: _num(v) for k, v in record.grades.items()},
@@ -434,7 +468,8 @@ def _explorer_item(position: int, record: Record, scorers: list[str]) -> dict[st
         "e": {k: v for k, v in record.score_errors.items() if k in scorers},
         "len": record.greedy.n_tokens, "fin": record.greedy.finish_reason,
         "tok": _tokens(record.greedy), "ns": len(record.samples),
-        "cl": sample_groups(record.samples, record.greedy.text) if record.samples else [],
+        "cl": (sample_groups(record.samples, record.greedy.text, judge=judge, item=record.item)
+               if record.samples else []),
     }
 
 
@@ -540,7 +575,8 @@ def run_view(records: list[Record], *, name: str, path: str = "", config: dict[s
     views = []
     for row in table.rows:
         view = ScorerView(row.scorer, _scorer_summary(row.scorer), row.scorer == LENGTH_BASELINE,
-                          row.n, row.n_nan, row.metrics, row.nan_reasons)
+                          row.n, row.n_nan, row.metrics, row.nan_reasons,
+                          vs_best=getattr(row, "vs_best", None))
         conf = np.array([r.scores.get(row.scorer, math.nan) for r in graded], dtype=float)
         keep = ~np.isnan(conf)
         view.roc = roc_points(conf[keep], correct[keep])
@@ -555,13 +591,13 @@ def run_view(records: list[Record], *, name: str, path: str = "", config: dict[s
                   skipped=dict(skipped or {}), config=config, notes=notes)
     _length_panel(run, correct, lengths)
     run.graders = _grader_agreement(records, names)
-    run.items = [_explorer_item(i, r, names) for i, r in enumerate(records)]
+    judge, run.cluster_note = _cluster_judge(config, grader)
+    run.items = [_explorer_item(i, r, names, judge) for i, r in enumerate(records)]
     entropies = [t[2] for it in run.items for t in (it["tok"] or []) if t[2] is not None]
     run.entropy_scale = float(np.quantile(entropies, 0.95)) if entropies else 1.0
     run.entropy_scale = max(run.entropy_scale, 1e-6)
     if any(r.samples for r in records):
-        run.notes.append("Samples are grouped by normalised exact text (lower case, no "
-                         "punctuation or articles); semantic clusters are not computed here.")
+        run.notes.append(run.cluster_note)
     return run
 
 

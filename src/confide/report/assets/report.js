@@ -250,7 +250,8 @@
     var grid = el("div", { cls: "detail-grid" });
     grid.appendChild(section("question", el("div", { cls: "question", text: it.q }), true));
     var refs = el("ul", { cls: "refs" });
-    it.refs.forEach(function (r) { refs.appendChild(el("li", { text: r })); });
+    it.refs.slice(0, 8).forEach(function (r) { refs.appendChild(el("li", { text: r })); });
+    if (it.refs.length > 8) refs.appendChild(el("li", { cls: "muted", title: it.refs.slice(8).join("\n"), text: "… and " + (it.refs.length - 8) + " more" }));
     if (!it.refs.length) refs.appendChild(el("li", { cls: "muted", text: "no references" }));
     grid.appendChild(section("references", refs));
     var grades = el("ul", { cls: "refs" });
@@ -292,7 +293,7 @@
         if (c.variants.length > 1) li.appendChild(el("div", { cls: "variants", text: "as: " + c.variants.map(function (v) { return JSON.stringify(v); }).join(", ") }));
         cl.appendChild(li);
       });
-      grid.appendChild(section(it.ns + " samples in " + it.cl.length + " group(s) of equal normalised text", cl));
+      grid.appendChild(section(it.ns + " samples in " + it.cl.length + " cluster(s)", cl));
     }
     if (DATA.runs.length > 1) {
       var others = el("table", { cls: "other-runs" });
