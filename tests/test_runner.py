@@ -82,7 +82,7 @@ def _count(db: Path) -> int:
 
 
 def test_run_killed_with_sigkill_resumes_to_identical_results(tmp_path):
-    args = ["--limit", "10", "--max-new-tokens", "10", "--batch-size", "2"]
+    args = ["--limit", "10", "--max-new-tokens", "10", "--batch-size", "2", "--no-report"]
     cmd = [sys.executable, "-m", "confide.cli", "run", *args]
     killed, clean = tmp_path / "killed", tmp_path / "clean"
     env = {**os.environ, "COLUMNS": "120"}

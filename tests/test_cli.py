@@ -1,0 +1,100 @@
+"""The confide command, driven in-process with Typer's CliRunner."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from confide.cli import app
+from confide.store import RunStore
+from tests.conftest import make_record
+
+runner = CliRunner()
+
+
+def test_import_and_help_do_not_import_torch():
+    code = ("import sys, confide, confide.cli, confide.scorers, confide.metrics;"
+            "from typer.testing import CliRunner; CliRunner().invoke(confide.cli.app, ['--help']);"
+            "print('torch' in sys.modules, 'transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "False False"
+
+
+def test_cli_scorers_lists_registry():
+    result = runner.invoke(app, ["scorers"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    for name in ["msp", "mean_logprob", "self_certainty", "length"]:
+        assert name in result.output
+
+
+def test_cli_unknown_scorer_is_a_clean_error(tmp_path):
+    result = runner.invoke(app, ["run", "--scorers", "msp,entropyy", "--out", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "UnknownNameError" in result.output and "entropyy" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_cli_unknown_model_is_a_clean_error(tmp_path):
+    result = runner.invoke(app, ["run", "--model", "/no/such/model", "--limit", "2",
+                                 "--out", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "ModelLoadError" in result.output and "/no/such/model" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_cli_malformed_data_file_names_file_and_line(tmp_path):
+    data = tmp_path / "bad.jsonl"
+    data.write_text('{"question": "Q1", "references": ["a"]}\n{"question": "Q2", \n')
+    result = runner.invoke(app, ["run", "--task", str(data), "--out", str(tmp_path / "r")],
+                           env={"COLUMNS": "200"})
+    assert result.exit_code == 1
+    assert "bad.jsonl:2" in result.output
+    assert "Traceback" not in result.output
+
+
+def _stored_run(path):
+    with RunStore.open(path, {"scorers": ["msp"], "grader": "contains", "seed": 0}) as store:
+        for i in range(12):
+            rec = make_record([-0.1 * (i + 1)], item_id=f"i{i}")
+            rec.scores = {"msp": -0.1 * (i + 1)}
+            rec.grades = {"contains": float(i < 6)}
+            store.put(rec, i)
+
+
+def test_cli_eval_recomputes_table_and_writes_json(tmp_path):
+    _stored_run(tmp_path / "run")
+    out = tmp_path / "table.json"
+    result = runner.invoke(app, ["eval", str(tmp_path / "run"), "--metrics", "auroc,prr,aurc",
+                                 "--json", str(out)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    table = json.loads(out.read_text())
+    msp = table["scorers"][0]
+    assert msp["scorer"] == "msp" and msp["auroc"][0] == 1.0 and msp["prr"][0] == 1.0
+    assert "1.000" in result.output
+
+
+def test_cli_eval_missing_run(tmp_path):
+    result = runner.invoke(app, ["eval", str(tmp_path / "nothing")], env={"COLUMNS": "300"})
+    assert result.exit_code == 1 and "no run here" in result.output
+
+
+def test_cli_export(tmp_path):
+    _stored_run(tmp_path / "run")
+    result = runner.invoke(app, ["export", str(tmp_path / "run"), "--format", "csv"])
+    assert result.exit_code == 0
+    assert len((tmp_path / "run" / "records.csv").read_text().splitlines()) == 13
+
+
+def test_cli_run_small_real_model(tmp_path):
+    result = runner.invoke(app, ["run", "--limit", "4", "--max-new-tokens", "10",
+                                 "--batch-size", "4", "--out", str(tmp_path / "r")],
+                           env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "self_certainty" in result.output and "accuracy (contains)" in result.output
+    again = runner.invoke(app, ["run", "--limit", "4", "--max-new-tokens", "10",
+                                "--batch-size", "4", "--out", str(tmp_path / "r")])
+    assert "nothing generated" in again.output
