@@ -62,9 +62,11 @@ def test_no_threshold_satisfies_alpha_abstains_on_all(tmp_path, rng):
     assert policy.decide(1.0) == "abstain" and not policy.answers([0.5, 1e9]).any()
     assert "abstain on every item" in policy.guarantee
     path = policy.save(tmp_path / "p.json")
+    assert "NaN" not in path.read_text() and "Infinity" not in path.read_text()
     assert json.loads(path.read_text())["threshold"] is None
     loaded = load_policy(path)
     assert loaded.threshold == math.inf and loaded.decide(1e9) == "abstain"
+    assert math.isnan(loaded.risk) and not loaded.feasible
 
 
 def test_grid_split_places_thresholds_and_orders_tests(rng):

@@ -82,6 +82,13 @@ def test_platt_hand_computed_prediction():
     assert cal.predict(1.0) == pytest.approx(1 / (1 + math.exp(-1)))
 
 
+def test_platt_predict_extremes_without_warnings():
+    cal = Calibrator("msp", "platt", {"a": 1.0, "b": 0.0})
+    np.testing.assert_allclose(cal.predict([-1e6, 1e6, -np.inf, np.inf]), [0, 1, 0, 1])
+    flat = Calibrator("msp", "platt", {"a": 0.0, "b": 0.0})
+    assert flat.predict(np.inf) == 0.5
+
+
 def test_predict_scalar_array_and_nan():
     cal = Calibrator("msp", "isotonic", {"x": [0.0, 1.0], "y": [0.2, 0.8]})
     assert isinstance(cal.predict(0.5), float) and cal.predict(0.5) == pytest.approx(0.5)

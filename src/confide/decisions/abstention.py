@@ -161,7 +161,9 @@ class AbstentionPolicy:
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        d["threshold"] = None if math.isinf(self.threshold) else self.threshold
+        # JSON has no inf or NaN: an infeasible policy stores null
+        for name in ("threshold", "risk", "risk_upper"):
+            d[name] = None if not math.isfinite(d[name]) else d[name]
         return {"kind": _KIND, "version": _VERSION, **d}
 
     @classmethod
@@ -193,6 +195,8 @@ class AbstentionPolicy:
         for name in ("threshold", "alpha", "delta", "coverage", "risk", "risk_upper",
                      "p_value"):
             raw = threshold if name == "threshold" else d.get(name)
+            if raw is None and name in ("risk", "risk_upper") and not feasible:
+                raw = math.nan
             if isinstance(raw, bool) or not isinstance(raw, (int, float)):
                 raise InvalidInputError(f"must be a number, got {raw!r}", file=file, field=name)
             values[name] = float(raw)

@@ -123,7 +123,10 @@ class Calibrator:
             raise InvalidInputError(f"must be one of {', '.join(CALIBRATION_METHODS)}, "
                                     f"got {method!r}", file=file, field="method")
         params = _check_params(method, d.get("params"), file)
-        return cls(scorer=scorer, method=method, params=params, n_fit=int(d.get("n_fit", 0)),
+        n_fit = d.get("n_fit", 0)
+        if isinstance(n_fit, bool) or not isinstance(n_fit, int) or n_fit < 0:
+            raise InvalidInputError(f"must be a count, got {n_fit!r}", file=file, field="n_fit")
+        return cls(scorer=scorer, method=method, params=params, n_fit=n_fit,
                    grader=d.get("grader"), source=d.get("source"),
                    extra=dict(d.get("extra") or {}))
 
@@ -217,9 +220,11 @@ def _predict(method: str, params: dict[str, Any], raw: FloatArray) -> FloatArray
     ok = ~np.isnan(raw)
     c = raw[ok]
     if method == "platt":
-        with np.errstate(over="ignore"):
+        from scipy.special import expit
+
+        with np.errstate(invalid="ignore"):  # 0 * inf when a == 0 and c == ±inf
             z = params["a"] * c + params["b"]
-            out[ok] = np.where(z >= 0, 1.0 / (1.0 + np.exp(-z)), np.exp(z) / (1.0 + np.exp(z)))
+        out[ok] = expit(np.where(np.isnan(z), params["b"], z))
     elif method == "isotonic":
         out[ok] = np.interp(c, params["x"], params["y"])
     elif method == "histogram":
