@@ -298,3 +298,23 @@ def test_run_against_llama_cpp_end_to_end(llama_server, tmp_path):
         assert np.isfinite(record.scores["msp"]) and record.scores["msp"] <= 0
         assert record.scores["min_logprob"] <= record.scores["mean_logprob"]
         assert "contains" in record.grades
+
+
+def test_cli_run_with_openai_backend_reports_failures_without_the_key(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from confide.cli import app
+
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    questions = _questions(3)
+    with FaultServer(lambda q, attempt: "401echo" if q == questions[1] else "ok") as server:
+        result = CliRunner().invoke(app, [
+            "run", "--backend", "openai", "--model", "fault-model", "--base-url",
+            server.base_url, "--api-key-env", KEY_ENV, "--limit", "3", "--max-new-tokens", "8",
+            "--scorers", "msp,mean_entropy", "--out", str(tmp_path / "run"), "--no-report"])
+    assert result.exit_code == 0, result.output
+    assert "1 item(s) failed" in result.output and "HTTP 401" in result.output
+    assert "skipped mean_entropy: backend cannot give token_entropies" in result.output
+    assert SECRET not in result.output
+    with RunStore.open(tmp_path / "run") as store:
+        assert len(store) == 2 and len(store.failures()) == 1

@@ -101,6 +101,7 @@ def create_app(backend: Backend, *, model_name: str | None = None,
     upstream = Upstream(backend, timeout=timeout, max_batch=max_batch)
     served = model_name or str(backend.config().get("model", backend.name))
     started = int(time.time())
+    seed_base = seed
     state: dict[str, Any] = {}
 
     @asynccontextmanager
@@ -204,7 +205,6 @@ def create_app(backend: Backend, *, model_name: str | None = None,
             reply["usage"] = usage
         return JSONResponse(reply)
 
-    seed_base = seed
     return app
 
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from dataclasses import dataclass, field
-from typing import Any
-
 from confide.backends.base import Backend, GenerationResult, GenerationSpec, Prompt
 from confide.errors import BackendError, BackendTimeout
 
@@ -82,14 +80,16 @@ class Upstream:
             raise BackendTimeout(f"the model gave no answer within {self.timeout:g} s") from exc
 
     async def _work(self) -> None:
-        assert self._queue is not None and self._thread is not None  # set by start()
+        queue, thread = self._queue, self._thread
+        if queue is None or thread is None:  # start() sets both before creating this task
+            return
         loop = asyncio.get_running_loop()
         waiting: list[_Job] = []
         while True:
             if not waiting:
-                waiting.append(await self._queue.get())
-            while not self._queue.empty():
-                waiting.append(self._queue.get_nowait())
+                waiting.append(await queue.get())
+            while not queue.empty():
+                waiting.append(queue.get_nowait())
             waiting = [job for job in waiting if not job.future.done()]  # callers that gave up
             if not waiting:
                 continue
@@ -98,7 +98,7 @@ class Upstream:
             waiting = [job for job in waiting if job not in batch]
             try:
                 results = await loop.run_in_executor(
-                    self._thread, self.backend.generate, [j.prompt for j in batch], spec,
+                    thread, self.backend.generate, [j.prompt for j in batch], spec,
                     [j.seed for j in batch])
             except Exception as exc:  # noqa: BLE001 - handed to each caller, who answers 502
                 for job in batch:
@@ -116,8 +116,3 @@ def _as_backend_error(exc: Exception) -> Exception:
     error = BackendError(f"the model failed: {type(exc).__name__}: {exc}")
     error.__cause__ = exc
     return error
-
-
-def describe(backend: Any) -> dict[str, Any]:
-    """The backend's stored identity (never a secret)."""
-    return dict(backend.config())
