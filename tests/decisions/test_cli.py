@@ -113,3 +113,14 @@ def test_cli_vote_with_adaptive(tmp_path):
     assert "2 records × 3 samples" in text(result)
     assert "majority vote (3 samples)" in text(result) and "CISC, T = 0.1" in text(result)
     assert "adaptive sampling" in text(result) and "fixed k = 3" in text(result)
+
+
+def test_decisions_import_no_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, confide.decisions, confide.decisions.render;"
+            "print('torch' in sys.modules, 'transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "False False"
