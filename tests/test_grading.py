@@ -291,3 +291,14 @@ def test_ast_null_and_empty_allowed_values_are_optional():
     assert ast_match("f(a=1, b=None)", it) == 1.0
     assert ast_match("f(a=1, b=2)", it) == 0.0
     assert ast_match("f(a=1, c=[1])", it) == 0.0
+
+
+def test_import_keeps_heavy_packages_lazy():
+    import subprocess
+    import sys
+
+    code = ("import sys, confide.grading, confide.tasks; "
+            "print(sorted(m for m in ('torch', 'datasets', 'sentence_transformers', 'transformers')"
+            " if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

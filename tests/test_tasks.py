@@ -398,3 +398,12 @@ def test_mmlu_num_fewshot_checked_per_subject():
         load_task("mmlu", subject="anatomy", num_fewshot=6)
     with pytest.raises(InvalidInputError, match="num_fewshot"):
         load_task("triviaqa", num_fewshot=True)
+
+
+def test_describe_tasks_lists_every_builtin():
+    from confide.tasks import describe_tasks
+
+    rows = describe_tasks()
+    assert [r["name"] for r in rows] == sorted(TASKS)
+    assert all(r["size"] > 0 and r["grader"] in GRADERS and r["summary"] and r["source"]
+               for r in rows)

@@ -228,6 +228,12 @@ def exact(answer: str, item: Item) -> float:
     References that normalise to the empty string (for example a lone emoji)
     are ignored. Strict: a correct answer inside a sentence scores 0.
 
+    Measured against human labels (``benchmarks/graders.py``, EVOUNA TriviaQA,
+    9,690 answers of 5 systems, human accuracy 0.848): accuracy 0.363,
+    Cohen's κ 0.091; it rejects 75% of correct answers, and the longer the
+    answer the likelier (Spearman ρ(false negative, length) = 0.72). Use it
+    only for answers known to be short.
+
     References
     ----------
     [1] Rajpurkar et al. (2016), "SQuAD", EMNLP — exact-match metric.
@@ -274,9 +280,14 @@ def contains(answer: str, item: Item) -> float:
     Notes
     -----
     The standard TriviaQA open-domain criterion. Lenient: a long answer that
-    lists several candidates is counted correct if any is an alias, so errors
-    correlate with answer length (see the measured table in
-    ``benchmarks/graders.py``). References normalising to "" are ignored.
+    lists several candidates is counted correct if any is an alias. References
+    normalising to "" are ignored.
+
+    Measured against human labels (``benchmarks/graders.py``, EVOUNA TriviaQA,
+    9,690 answers of 5 systems, human accuracy 0.848): accuracy 0.910,
+    Cohen's κ 0.716; false positives 1.5% of wrong answers (ρ with length
+    0.13), false negatives 10.3% of right answers (ρ with length 0.07) —
+    mostly paraphrases and answers more specific than every alias.
 
     References
     ----------
@@ -348,6 +359,12 @@ def f1(answer: str, item: Item, *, threshold: float | None = None) -> float:
     -----
     An answer that normalises to nothing scores 0. Continuous: long answers
     lose precision, so F1 penalises verbose correct answers.
+
+    Measured against human labels (``benchmarks/graders.py``, EVOUNA TriviaQA,
+    9,690 answers of 5 systems, human accuracy 0.848): AUROC 0.908 of the
+    raw F1; thresholded at 0.5: accuracy 0.432, κ 0.122, with a strong length
+    bias (ρ(false negative, length) = 0.76); the best threshold is very low
+    (0.05: accuracy 0.902, κ 0.640).
 
     References
     ----------
@@ -432,6 +449,11 @@ def rouge_l(answer: str, item: Item, *, threshold: float | None = None) -> float
     ``rouge-score`` package: that package's tokenizer drops every non-ASCII
     letter. On ASCII text the two agree exactly (tested against
     ``rouge_score.rouge_scorer`` with ``use_stemmer=False``).
+
+    Measured against human labels (``benchmarks/graders.py``, EVOUNA TriviaQA,
+    9,690 answers of 5 systems, human accuracy 0.848): AUROC 0.881;
+    thresholded at 0.5: accuracy 0.416, κ 0.114, ρ(false negative, length) =
+    0.76; best threshold 0.05: accuracy 0.889, κ 0.576.
 
     References
     ----------
@@ -536,6 +558,12 @@ def numeric(answer: str, item: Item, *, tolerance: float = 1e-6,
     InvalidInputError
         The item has no references, a reference holds no number, or a
         tolerance is negative.
+
+    Notes
+    -----
+    Not measured against human labels (the EVOUNA set holds no numeric
+    tasks); checked by hand-made cases and by grading every bundled GSM8K
+    worked solution against its own final answer (all correct).
 
     References
     ----------
@@ -643,6 +671,11 @@ def choice(answer: str, item: Item) -> float:
     ------
     InvalidInputError
         The item has no references, or none names a valid option.
+
+    Notes
+    -----
+    Not measured against human labels (no labelled multiple-choice answers
+    here); hand-made cases cover letters, option texts and ambiguous answers.
 
     References
     ----------
@@ -894,6 +927,12 @@ def ast_match(answer: str, item: Item) -> float:
     ------
     InvalidInputError
         The item has no references, or its ground truth is not in the form above.
+
+    Notes
+    -----
+    Not measured against human labels. Every one of the 2,351 BFCL v4
+    ground truths in the shared data, written back as a JSON call and as a
+    Python call, grades 1.0 (``tests/test_tasks.py``).
 
     References
     ----------

@@ -18,7 +18,7 @@ from confide.tasks.base import TASKS, BadRecords, Task, TaskSpec, check_fewshot,
 from confide.tasks.files import SUFFIXES, load_hf_dataset, load_user_file
 from confide.tasks.prompts import FORMATS, resolve_templates
 
-__all__ = ["FORMATS", "TASKS", "Task", "TaskSpec", "load_task", "task"]
+__all__ = ["FORMATS", "TASKS", "Task", "TaskSpec", "describe_tasks", "load_task", "task"]
 
 _COMMON = ("prompt_template", "num_fewshot", "chat_fewshot", "max_new_tokens")
 
@@ -102,3 +102,16 @@ def _apply_common(t: Task, common: dict[str, Any]) -> None:
             raise InvalidInputError(f"must be a positive integer, not {n!r}",
                                     field="max_new_tokens")
         t.max_new_tokens = n
+
+
+def describe_tasks() -> list[dict[str, Any]]:
+    """One row per built-in task (bundled sample): name, size, format, grader, source, summary.
+
+    What ``confide tasks`` lists.
+    """
+    rows = []
+    for spec in TASKS.values():
+        row = load_task(spec.name).describe()
+        row.update(source=spec.source, summary=spec.summary)
+        rows.append(row)
+    return rows
