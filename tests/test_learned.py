@@ -1,0 +1,239 @@
+"""Probes, lens probes and combiners: direction recovery, cross-fitting, files, transfer."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from confide.errors import ConfigMismatch, InvalidInputError
+from confide.learned import (
+    Learned,
+    _fit_boosting,
+    _predict_boosting,
+    crossfit,
+    fit,
+    token_features,
+)
+from confide.records import Generation, Item, Record
+
+MODEL = {"backend": "hf", "model": "smollm2", "kind": "alias", "dtype": "float32"}
+
+
+def _records(hidden: np.ndarray, correct: np.ndarray, *, layer: str = "8:mean",
+             scores: dict[str, np.ndarray] | None = None, prefix: str = "t") -> list[Record]:
+    out = []
+    for i, (vec, c) in enumerate(zip(hidden, correct, strict=True)):
+        gen = Generation(text="a", token_ids=[1, 2], token_logprobs=np.array([-0.5, -1.0 - i % 3]),
+                         token_entropies=np.array([0.3, 0.7]),
+                         token_kl_uniform=np.array([5.0, 6.0]),
+                         hidden={layer: vec.astype(np.float16)})
+        rec = Record(item=Item(f"{prefix}{i}", "q?", ["a"]), greedy=gen,
+                     grades={"contains": float(c)})
+        for name, values in (scores or {}).items():
+            rec.scores[name] = float(values[i])
+        out.append(rec)
+    return out
+
+
+def _separable(rng, n=200, d=24):
+    direction = rng.normal(size=d)
+    direction /= np.linalg.norm(direction)
+    x = rng.normal(size=(n, d))
+    y = (x @ direction + 0.1 * rng.normal(size=n)) > 0
+    return x, y.astype(int), direction
+
+
+def _auroc(score, y):
+    from sklearn.metrics import roc_auc_score
+
+    return roc_auc_score(y, score)
+
+
+def test_probe_recovers_the_separating_direction(rng):
+    x, y, direction = _separable(rng)
+    model = fit(_records(x, y), kind="probe", grader="contains", model=MODEL, layer="8:mean")
+    coef = np.asarray(model.params["coef"]) / np.asarray(model.params["scale"])
+    cosine = coef @ direction / np.linalg.norm(coef)
+    assert cosine > 0.9
+    assert model.report["oof_auroc"] > 0.9
+    assert model.layer == "8:mean"
+
+
+def test_probe_best_layer_picks_the_informative_one(rng):
+    x, y, _ = _separable(rng, n=120)
+    records = _records(x, y, layer="16:mean")
+    noise = rng.normal(size=x.shape)
+    for r, v in zip(records, noise, strict=True):
+        r.greedy.hidden["4:mean"] = v.astype(np.float16)
+    model = fit(records, kind="probe", grader="contains", model=MODEL, layer="best")
+    assert model.layer == "16:mean"
+    assert set(model.report["selection_auroc"]) >= {"4:mean logistic C=0.1", "16:mean logistic C=0.1"}
+
+
+def test_crossfit_with_shuffled_labels_gives_chance_auroc(rng):
+    # 64 dimensions and 120 items: an in-sample probe would separate any labels.
+    x = rng.normal(size=(120, 64))
+    y = rng.permutation(np.r_[np.ones(60), np.zeros(60)]).astype(int)
+    model = fit(_records(x, y), kind="probe", grader="contains", model=MODEL, layer="8:mean")
+    assert abs(model.report["oof_auroc"] - 0.5) < 0.15
+    in_sample = [s for s, _ in model.predict(_records(x, y))]
+    assert _auroc(in_sample, y) > 0.9  # the final model memorises; only OOF is honest
+
+
+def test_crossfit_scores_each_row_without_its_fold():
+    y = np.array([0, 1] * 10)
+    seen = []
+
+    def fit_predict(train, test):
+        assert not (train & test).any()
+        seen.append(test)
+        return np.full(test.sum(), float(y[train].mean()))
+
+    out = crossfit(fit_predict, y, n_folds=5, seed=0)
+    assert np.logical_or.reduce(seen).all() and len(seen) == 5
+    assert np.allclose(out, 0.5)
+
+
+def test_crossfit_needs_both_classes():
+    with pytest.raises(InvalidInputError, match="2 correct and 2 wrong"):
+        crossfit(lambda tr, te: np.zeros(te.sum()), np.array([1, 1, 1, 0]))
+
+
+def test_learned_save_load_round_trip_is_exact(tmp_path, rng):
+    x, y, _ = _separable(rng, n=80, d=8)
+    records = _records(x, y)
+    model = fit(records, kind="lens", grader="contains", model=MODEL, layer="8")
+    path = model.save(tmp_path / "probe.json")
+    text = path.read_text()
+    assert "pickle" not in text and json.loads(text)["format"] == "confide-learned/1"
+    again = Learned.load(path)
+    assert again == model
+    assert [s for s, _ in again.predict(records)] == [s for s, _ in model.predict(records)]
+    assert again.model["model"] == "smollm2" and again.layer == "8:mean"
+
+
+def test_probe_refuses_another_model(tmp_path, rng):
+    x, y, _ = _separable(rng, n=60, d=8)
+    model = Learned.load(fit(_records(x, y), kind="probe", grader="contains", model=MODEL,
+                             layer="8:mean").save(tmp_path / "p.json"))
+    with pytest.raises(ConfigMismatch, match="gemma3-270m"):
+        model.apply(_records(x, y), run="other", backend={**MODEL, "model": "gemma3-270m"})
+
+
+def test_load_rejects_bad_files(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{\n  nope")
+    with pytest.raises(InvalidInputError, match=r"bad.json:2"):
+        Learned.load(bad)
+    bad.write_text(json.dumps({"format": "other"}))
+    with pytest.raises(InvalidInputError, match="format"):
+        Learned.load(bad)
+
+
+def test_apply_uses_oof_on_own_run_and_refuses_trained_items_elsewhere(rng):
+    x, y, _ = _separable(rng, n=60, d=8)
+    records = _records(x, y)
+    model = fit(records, kind="probe", grader="contains", model=MODEL, layer="8:mean",
+                run="run-a")
+    own = model.apply(records, run="run-a", backend=MODEL)
+    assert [s for s, _ in own] == [model.oof[r.item.id] for r in records]
+    other = model.apply(records, run="run-b", backend=MODEL)
+    assert all(math.isnan(s) and "training set" in why for s, why in other)
+    fresh = _records(x[:5], y[:5], prefix="new")
+    scored = model.apply(fresh, run="run-b", backend=MODEL)
+    assert all(why is None and 0 <= s <= 1 for s, why in scored)
+
+
+def test_probe_without_hidden_states_is_nan_with_reason(rng):
+    x, y, _ = _separable(rng, n=40, d=4)
+    model = fit(_records(x, y), kind="probe", grader="contains", model=MODEL, layer="8:mean")
+    bare = _records(x[:2], y[:2], layer="3:last", prefix="z")
+    (s, why), _ = model.predict(bare)
+    assert math.isnan(s) and "--hidden-layers 8" in why
+
+
+def test_fit_needs_hidden_states_for_probes(rng):
+    recs = _records(np.zeros((6, 2)), np.array([0, 1] * 3))
+    for r in recs:
+        r.greedy.hidden = None
+    with pytest.raises(InvalidInputError, match="hidden-layers"):
+        fit(recs, kind="probe", grader="contains", model=MODEL)
+
+
+def test_token_features_hand_computed():
+    g = Generation("ab", token_ids=[1, 2], token_logprobs=np.array([-1.0, -3.0]),
+                   token_entropies=np.array([0.5, 1.5]), token_kl_uniform=np.array([4.0, 6.0]))
+    f = token_features(Record(Item("x", "q"), g))
+    assert f.tolist() == pytest.approx([-2.0, -3.0, 1.0, 1.5, 5.0, math.log(3)])
+
+
+def test_combiner_weights_and_explicit_nan_handling(rng):
+    n = 200
+    y = (rng.random(n) < 0.5).astype(int)
+    good = y + 0.5 * rng.normal(size=n)
+    noise = rng.normal(size=n)
+    good[::5] = np.nan  # a fifth of the useful scorer is missing
+    records = _records(np.zeros((n, 2)), y, scores={"good": good, "noise": noise})
+    model = fit(records, kind="combiner", grader="contains", model=MODEL)
+    w = model.report["weights"]
+    assert w["good"] > 0.5 and abs(w["noise"]) < abs(w["good"]) / 3
+    assert set(model.report["missing_weights"]) == {"good", "noise"}
+    assert model.report["oof_auroc"] > 0.8
+    scores = [s for s, why in model.predict(records)]
+    assert not np.isnan(scores).any()  # NaN inputs are imputed + flagged, never dropped silently
+    assert model.params["fill"][0] == pytest.approx(float(np.nanmedian(good)))
+
+
+def test_combiner_transfers_to_another_model(rng):
+    y = np.array([0, 1] * 20)
+    records = _records(np.zeros((40, 2)), y, scores={"s": y + rng.normal(size=40)})
+    model = fit(records, kind="combiner", grader="contains", model=MODEL)
+    fresh = _records(np.zeros((3, 2)), y[:3], scores={"s": np.array([0.0, 1.0, 2.0])},
+                     prefix="n")
+    out = model.apply(fresh, run="x", backend={"backend": "openai", "model": "gpt"})
+    assert [s for s, _ in out] == sorted(s for s, _ in out)
+
+
+def test_boosting_export_matches_sklearn(rng):
+    from sklearn.ensemble import HistGradientBoostingClassifier
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1)  # small fits; oversubscribed OpenMP threads are slow
+
+    x = rng.normal(size=(150, 3))
+    y = ((x[:, 0] + x[:, 1] ** 2) > 0.8).astype(int)
+    x[::6, 1] = np.nan
+    params = _fit_boosting(x, y, seed=0)
+    ref = HistGradientBoostingClassifier(max_iter=100, learning_rate=0.05, max_leaf_nodes=8,
+                                         min_samples_leaf=10, l2_regularization=1.0,
+                                         early_stopping=False, random_state=0).fit(x, y)
+    test = rng.normal(size=(40, 3))
+    test[::4, 1] = np.nan
+    assert np.allclose(_predict_boosting(params, test), ref.predict_proba(test)[:, 1])
+
+
+def test_combiner_boosting_reports_importances_and_round_trips(tmp_path, rng):
+    n = 150
+    y = (rng.random(n) < 0.5).astype(int)
+    a = np.where(y == 1, rng.normal(1.5, 1, n), rng.normal(0, 1, n))
+    records = _records(np.zeros((n, 2)), y, scores={"a": a, "b": rng.normal(size=n)})
+    model = fit(records, kind="combiner", grader="contains", model=MODEL, estimator="boosting")
+    assert model.params["type"] == "boosting"
+    assert model.report["importances"]["a"] > model.report["importances"]["b"]
+    again = Learned.load(model.save(tmp_path / "c.json"))
+    assert [s for s, _ in again.predict(records)] == [s for s, _ in model.predict(records)]
+
+
+def test_fit_rejects_bad_options(rng):
+    recs = _records(np.zeros((10, 2)), np.array([0, 1] * 5))
+    with pytest.raises(InvalidInputError, match="kind"):
+        fit(recs, kind="nope", grader="contains", model=MODEL)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="boosting is for the combiner"):
+        fit(recs, kind="probe", grader="contains", model=MODEL, estimator="boosting")
+    with pytest.raises(InvalidInputError, match="grader"):
+        fit(recs, kind="probe", grader="exact", model=MODEL)
+    with pytest.raises(InvalidInputError, match="layer"):
+        fit(recs, kind="probe", grader="contains", model=MODEL, layer="99")
