@@ -17,15 +17,20 @@ before, and returns one of :data:`FAULTS`:
 
 ``FaultServer(logprobs=False)`` never returns log-probabilities (a text-only API).
 Every request is logged in :attr:`FaultServer.requests`.
+
+:func:`running` serves an ASGI app (``confide serve``) with uvicorn on a free
+loopback port for the length of a ``with`` block.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -190,3 +195,27 @@ class FaultServer:
                 self._send(200, data)
 
         return Handler
+
+
+@contextmanager
+def running(app: Any) -> Iterator[str]:
+    """Run ``app`` with uvicorn on a free 127.0.0.1 port; yield its ``/v1`` URL."""
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the server did not start")
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()

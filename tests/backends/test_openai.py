@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import os
 import socket
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from faultserver import FaultServer  # noqa: E402
+from faultserver import FaultServer, running  # noqa: E402
 
 from confide.backends.base import BACKENDS, GenerationSpec  # noqa: E402
 from confide.backends.openai import OpenAIBackend, _public_url  # noqa: E402
@@ -227,14 +226,14 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def llama_server():
+def llama_server(tmp_path_factory):
     """llama-cpp-python's server on 127.0.0.1 with the bundled SmolLM2 GGUF."""
     if importlib.util.find_spec("llama_cpp") is None:
         pytest.fail("llama-cpp-python is not installed: pip install -e '.[serve]'")
     from confide.backends.models import _smollm2_gguf
 
     port = _free_port()
-    log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"llama-server-{port}.log", "w")
+    log = open(tmp_path_factory.mktemp("llama") / "server.log", "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "llama_cpp.server", "--model", str(_smollm2_gguf()),
          "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048",
@@ -318,3 +317,23 @@ def test_cli_run_with_openai_backend_reports_failures_without_the_key(tmp_path, 
     assert SECRET not in result.output
     with RunStore.open(tmp_path / "run") as store:
         assert len(store) == 2 and len(store.failures()) == 1
+
+
+@pytest.mark.model
+def test_serve_in_front_of_llama_cpp_with_the_openai_client(llama_server):
+    """confide serve → llama.cpp: the official client gets llama.cpp's answer plus confidences."""
+    import openai
+
+    from confide.serve.app import create_app
+
+    backend = OpenAIBackend("smollm2", base_url=llama_server, timeout=120)
+    app = create_app(backend, scorers=("msp", "mean_logprob", "mean_entropy"))
+    with running(app) as url:
+        client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+        reply = client.chat.completions.create(
+            model="smollm2", max_tokens=8,
+            messages=[{"role": "user", "content": "What is the capital of France?"}])
+    assert reply.choices[0].message.content
+    conf = reply.confide["confidences"]
+    assert conf["msp"] <= 0 and conf["mean_logprob"] <= 0
+    assert reply.confide["skipped"] == {"mean_entropy": "backend cannot give token_entropies"}

@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import logging
 import math
-import socket
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from faultserver import FaultServer  # noqa: E402
+from faultserver import FaultServer, running  # noqa: E402
 
 from confide.backends.openai import OpenAIBackend  # noqa: E402
 from confide.errors import InvalidInputError  # noqa: E402
@@ -26,30 +22,6 @@ from confide.serve.models import Limits  # noqa: E402
 
 SECRET = "sk-confide-serve-test-93f1a"
 KEY_ENV = "CONFIDE_TEST_SERVE_KEY"
-
-
-@contextmanager
-def running(app) -> Iterator[str]:
-    """Run ``app`` with uvicorn on a free loopback port; yield its /v1 URL."""
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the server did not start")
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(30)
-        sock.close()
 
 
 class Sigmoid:
