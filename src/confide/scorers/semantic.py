@@ -13,7 +13,6 @@ measures are negated so that higher = more likely correct.
 from __future__ import annotations
 
 import ast
-import bisect
 import re
 import warnings
 from collections.abc import Iterable, Sequence
@@ -236,6 +235,13 @@ def kernel_language_entropy(record: Record, ctx: ScoringContext) -> float:
 
 def _token_sar(record: Record, ctx: ScoringContext, gen: Generation, name: str) -> float:
     r"""TokenSAR(g) = -sum_i w_i log p(z_i), w from embedding relevance of each token."""
+    value: float = ctx.cached(record, name, lambda: _compute_token_sar(record, gen))
+    return value
+
+
+def _compute_token_sar(record: Record, gen: Generation) -> float:
+    from confide.grading import embed_texts
+
     if gen.token_logprobs is None:
         raise CannotScore("the backend gave no token logprobs")
     logp = np.asarray(gen.token_logprobs, dtype=np.float64)
@@ -247,7 +253,7 @@ def _token_sar(record: Record, ctx: ScoringContext, gen: Generation, name: str) 
     q = question(record)
     texts = [f"{q} {''.join(tokens).strip()}"] + [
         f"{q} {''.join(tokens[:i] + tokens[i + 1:]).strip()}" for i in range(len(tokens))]
-    e = embeddings(record, ctx, name, texts)
+    e = np.asarray(embed_texts(texts), dtype=np.float64)  # T+1 vectors, not kept per record
     relevance = np.clip(1.0 - e[1:] @ e[0], 0.0, None)
     total = relevance.sum()
     weights = relevance / total if total > 0 else np.full(logp.size, 1.0 / logp.size)
@@ -398,7 +404,8 @@ def meaningful_spans(text: str) -> list[tuple[int, int]] | None:
     >>> text = '[{"name": "area", "arguments": {"r": 2}}]'
     >>> [text[a:b] for a, b in meaningful_spans(text)]
     ['area', '2']
-    >>> [text[a:b] for a, b in meaningful_spans("f(x='a b', y=[1, -2])")]
+    >>> text = "f(x='a b', y=[1, -2])"
+    >>> [text[a:b] for a, b in meaningful_spans(text)]
     ['f', 'a b', '1', '-2']
     """
     candidates = [(m.start(1), m.group(1)) for m in _FENCE.finditer(text)] + [(0, text)]
@@ -461,12 +468,8 @@ def meaningful_logprob(record: Record) -> float:
         raise CannotScore("the answer holds no parseable function call")
     token_ends = np.cumsum([len(t) for t in gen.tokens])
     token_starts = token_ends - np.array([len(t) for t in gen.tokens])
-    keep = np.zeros(logp.size, dtype=bool)
-    ordered = sorted(spans)
-    span_starts = [a for a, _ in ordered]
-    for i, (a, b) in enumerate(zip(token_starts, token_ends)):
-        j = bisect.bisect_left(span_starts, b)  # spans starting before the token ends
-        keep[i] = any(s_end > a and s_start < s_end for s_start, s_end in ordered[:j])
+    keep = np.array([any(s < b and e > a and s < e for s, e in spans)  # overlaps a span
+                     for a, b in zip(token_starts, token_ends)], dtype=bool)
     if not keep.any():
         raise CannotScore("the function call has no name or value tokens")
     return float(logp[keep].mean())
