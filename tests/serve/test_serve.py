@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import math
+import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,37 +17,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from faultserver import FaultServer, running  # noqa: E402
 
 from confide.backends.openai import OpenAIBackend  # noqa: E402
+from confide.decisions import AbstentionPolicy, Calibrator  # noqa: E402
 from confide.errors import InvalidInputError  # noqa: E402
 from confide.serve.app import create_app  # noqa: E402
-from confide.serve.decisions import load_calibrator  # noqa: E402
+from confide.serve.decisions import load_calibrator, load_policy  # noqa: E402
 from confide.serve.models import Limits  # noqa: E402
 
 SECRET = "sk-confide-serve-test-93f1a"
 KEY_ENV = "CONFIDE_TEST_SERVE_KEY"
 
 
-class Sigmoid:
-    """A calibrator with the shape confide.decisions provides: p = 1 / (1 + exp(-(a c + b)))."""
-
-    scorer = "mean_logprob"
-
-    def __init__(self, a: float = 2.0, b: float = 1.0) -> None:
-        self.a, self.b = a, b
-
-    def predict(self, confidence: float) -> float:
-        return 1.0 / (1.0 + math.exp(-(self.a * confidence + self.b)))
+def platt(a: float = 2.0, b: float = 1.0, scorer: str = "mean_logprob") -> Calibrator:
+    """A fitted-form calibrator: p = 1 / (1 + exp(-(a c + b)))."""
+    return Calibrator(scorer, "platt", {"a": a, "b": b}, n_fit=100)
 
 
-class Threshold:
-    """An abstention policy: answer when the calibrated probability reaches ``t``."""
-
-    scorer = None
-
-    def __init__(self, t: float) -> None:
-        self.t = t
-
-    def decide(self, confidence: float) -> bool:
-        return confidence >= self.t
+def threshold_policy(t: float, *, scorer: str | None = None,
+                     calibrator_scorer: str | None = "mean_logprob") -> AbstentionPolicy:
+    """Answer when the (calibrated) confidence reaches ``t``."""
+    return AbstentionPolicy(scorer, t, 0.1, 0.1, True, 0.5, 0.05, 0.09, 0.01, 50, 2, 100, 20,
+                            calibrator_scorer=calibrator_scorer)
 
 
 @pytest.fixture(scope="module")
@@ -130,21 +121,22 @@ def test_serve_rejects_an_oversized_body_and_bad_json(hf_server):
 
 
 @pytest.mark.model
-def test_serve_calibrates_and_abstains_under_a_policy(hf_model):
+def test_serve_calibrates_and_abstains_under_a_policy(hf_model, tmp_path):
     import openai
 
     question = [{"role": "user", "content": "What is the capital of France?"}]
-    calibrator = Sigmoid()
+    calibrator = load_calibrator(platt().save(tmp_path / "calibrator.json"))
     for threshold, decision in ((0.0, "answer"), (1.01, "abstain")):
+        policy = load_policy(threshold_policy(threshold).save(tmp_path / f"p{threshold}.json"))
         app = create_app(hf_model, scorers=("mean_logprob",), calibrator=calibrator,
-                         policy=Threshold(threshold), abstain_message="Ask a human.")
+                         policy=policy, abstain_message="Ask a human.")
         with running(app) as url:
             client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
             reply = client.chat.completions.create(model="any", messages=question,
                                                    max_tokens=12)
         info = reply.confide
-        assert info["calibrated"] == pytest.approx(
-            calibrator.predict(info["confidences"]["mean_logprob"]))
+        c = info["confidences"]["mean_logprob"]
+        assert info["calibrated"] == pytest.approx(1 / (1 + math.exp(-(2.0 * c + 1.0))))
         assert info["decision"] == decision and info["decided_on"] == "calibrated"
         if decision == "abstain":
             assert reply.choices[0].message.content == "Ask a human."
@@ -157,18 +149,75 @@ def test_serve_refuses_a_policy_without_what_it_reads():
     with FaultServer() as upstream:
         backend = OpenAIBackend("m", base_url=upstream.base_url, logprobs=True)
         with pytest.raises(InvalidInputError, match="policy"):
-            create_app(backend, policy=Threshold(0.5))
+            create_app(backend, policy=threshold_policy(0.5))
         with pytest.raises(InvalidInputError, match="scorers"):
-            create_app(backend, scorers=("msp",), calibrator=Sigmoid())
+            create_app(backend, scorers=("msp",), calibrator=platt())
+        with pytest.raises(InvalidInputError, match="fitted on calibrated 'mean_logprob'"):
+            create_app(backend, scorers=("msp",), calibrator=platt(scorer="msp"),
+                       policy=threshold_policy(0.5))
 
 
-def test_serve_seam_says_when_decisions_cannot_be_loaded(tmp_path):
+def test_serve_seam_names_the_bad_decision_file(tmp_path):
     path = tmp_path / "calibrator.json"
     path.write_text("{}")
-    with pytest.raises(InvalidInputError, match="calibrator"):
+    with pytest.raises(InvalidInputError, match="calibrator.json"):
         load_calibrator(path)
-    with pytest.raises(InvalidInputError, match="no such calibrator file"):
-        load_calibrator(tmp_path / "missing.json")
+    with pytest.raises(InvalidInputError, match="no such policy file"):
+        load_policy(tmp_path / "missing.json")
+
+
+def test_confide_serve_command_end_to_end(tmp_path):
+    """`confide serve` as users start it: upstream URL, calibrator and policy files."""
+    import openai
+
+    calibrator = platt(a=1.0, b=0.0, scorer="msp").save(tmp_path / "cal.json")
+    policy = threshold_policy(0.5, calibrator_scorer="msp").save(tmp_path / "policy.json")
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    with FaultServer() as upstream:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "confide.cli", "serve", "--backend", "openai", "--model", "m",
+             "--base-url", upstream.base_url, "--scorers", "msp", "--calibrator", str(calibrator),
+             "--policy", str(policy), "--abstain-message", "Ask a human.", "--port", str(port)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    health = httpx.get(f"{url}/health", timeout=2).json()
+                    break
+                except httpx.TransportError:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(proc.communicate()[0]) from None
+                    time.sleep(0.2)
+            client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+            reply = client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "Q?"}], max_tokens=8)
+        finally:
+            proc.terminate()
+            proc.communicate(timeout=20)  # also closes the pipe
+    assert health["calibrator"] and health["policy"] and "0.5" in health["guarantee"]
+    # the fault server's answer has log-likelihood -0.75: p = 1 / (1 + e^0.75) = 0.3208 < 0.5
+    info = reply.confide
+    assert info["confidences"]["msp"] == pytest.approx(-0.75)
+    assert info["calibrated"] == pytest.approx(1 / (1 + math.exp(0.75)))
+    assert info["decision"] == "abstain" and info["answer"].startswith("answer")
+    assert reply.choices[0].message.content == "Ask a human."
+
+
+def test_confide_serve_command_reports_a_bad_file(tmp_path):
+    from typer.testing import CliRunner
+
+    from confide.cli import app
+
+    result = CliRunner().invoke(app, ["serve", "--backend", "openai", "--model", "m",
+                                      "--base-url", "http://127.0.0.1:9/v1",
+                                      "--calibrator", str(tmp_path / "nope.json")])
+    assert result.exit_code == 1
+    assert "InvalidInputError" in result.output and "nope.json" in result.output
 
 
 def test_serve_in_front_of_an_openai_upstream(monkeypatch, caplog):

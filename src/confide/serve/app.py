@@ -94,6 +94,11 @@ def create_app(backend: Backend, *, model_name: str | None = None,
     if policy is not None and policy.scorer is None and calibrator is None:
         raise InvalidInputError("the policy reads the calibrated probability: load a "
                                 "calibrator too", field="policy")
+    wanted = getattr(policy, "calibrator_scorer", None)
+    if policy is not None and policy.scorer is None and calibrator is not None and wanted \
+            and wanted != calibrator.scorer:
+        raise InvalidInputError(f"the policy was fitted on calibrated {wanted!r} but the "
+                                f"calibrator maps {calibrator.scorer!r}", field="policy")
     if policy is not None and policy.scorer is not None and policy.scorer not in names:
         raise InvalidInputError(f"the policy reads scorer {policy.scorer!r}, which is not "
                                 f"among the served scorers", field="scorers")
@@ -148,7 +153,8 @@ def create_app(backend: Backend, *, model_name: str | None = None,
         return {"status": "ok", "model": served, "upstream": backend.config(),
                 "scorers": [s.name for s in state.get("usable", [])],
                 "skipped": state.get("skipped", {}),
-                "calibrator": calibrator is not None, "policy": policy is not None}
+                "calibrator": calibrator is not None, "policy": policy is not None,
+                "guarantee": getattr(policy, "guarantee", None)}
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

@@ -3,10 +3,10 @@
 A calibrator maps one scorer's raw confidence to a probability of being
 correct; an abstention policy maps a confidence (the calibrated probability,
 or one scorer's raw value) to *answer* or *abstain*. Both are fitted by
-:mod:`confide.decisions` and saved as JSON files; this module loads them
-through ``confide.decisions.load_calibrator(path)`` and
-``confide.decisions.load_policy(path)`` when that module provides them, and
-says clearly when it does not.
+:mod:`confide.decisions` (``confide calibrate``, ``confide abstain``) and
+saved as JSON files; this module loads them through
+``confide.decisions.load_calibrator(path)`` and
+``confide.decisions.load_policy(path)``, and says clearly when it cannot.
 
 What the server needs from the loaded objects (:class:`Calibrator`,
 :class:`Policy`) is small, so anything with that shape can be passed to
