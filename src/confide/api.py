@@ -19,7 +19,7 @@ from typing import Any
 
 from confide.backends.base import Backend, GenerationSpec, item_seed
 from confide.backends.models import DEFAULT_MODEL
-from confide.errors import InvalidInputError
+from confide.errors import BackendError, InvalidInputError
 from confide.evaluation import EvalTable, evaluate_records
 from confide.records import Item, Record
 from confide.runner import (
@@ -80,7 +80,8 @@ def score(model: Backend, questions: list[str] | list[Item], *,
     ctx = ScoringContext(backend=model, options={"seed": seed})
     answers = []
     for item, result in zip(items, results, strict=True):
-        assert result.greedy is not None  # greedy=True in the spec above
+        if result.greedy is None:  # an HTTP backend that gave up on this question
+            raise BackendError(f"question {item.id!r}: {result.error or 'no answer'}")
         record = Record(item=item, greedy=result.greedy, samples=result.samples)
         score_record(record, usable, ctx)
         reasons = {**record.score_errors, **skipped}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import math
 import socket
 import subprocess
 import sys
@@ -337,3 +338,19 @@ def test_serve_in_front_of_llama_cpp_with_the_openai_client(llama_server):
     conf = reply.confide["confidences"]
     assert conf["msp"] <= 0 and conf["mean_logprob"] <= 0
     assert reply.confide["skipped"] == {"mean_entropy": "backend cannot give token_entropies"}
+
+
+def test_api_score_with_openai_backend(monkeypatch):
+    from confide.api import score
+    from confide.errors import BackendError
+
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    with FaultServer(lambda q, attempt: "401echo" if q.endswith("bad?") else "ok") as server:
+        backend = backend_for(server, api_key_env=KEY_ENV)
+        (answer,) = score(backend, ["Who is fine?"], scorers=("msp", "mean_entropy"))
+        with pytest.raises(BackendError, match="HTTP 401") as caught:
+            score(backend, ["Who is bad?"], scorers=("msp",))
+    assert answer.confidences["msp"] == pytest.approx(-0.75)
+    assert math.isnan(answer.confidences["mean_entropy"])
+    assert answer.reasons["mean_entropy"] == "backend cannot give token_entropies"
+    assert SECRET not in str(caught.value)
