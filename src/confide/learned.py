@@ -357,7 +357,7 @@ class Learned:
         return _features(self.kind, self.layer, self.features, records)
 
     def predict(self, records: Sequence[Record]) -> list[tuple[float, str | None]]:
-        """Scores of the final model (no cross-fitting): ``(confidence, None)`` or ``(nan, why)``."""
+        """Final-model scores (no cross-fitting): ``(confidence, None)`` or ``(nan, why)``."""
         x, why = self.features_of(records)
         out: list[tuple[float, str | None]] = [(math.nan, w) for w in why]
         ok = [i for i, w in enumerate(why) if w is None]

@@ -17,7 +17,8 @@ from typing import Any, Protocol, runtime_checkable
 from confide.records import Generation, Message
 from confide.registry import Registry
 
-__all__ = ["BACKENDS", "Backend", "GenerationResult", "GenerationSpec", "Prompt", "item_seed"]
+__all__ = ["BACKENDS", "Backend", "GenerationResult", "GenerationSpec", "NextTokenScorer", "Prompt",
+           "item_seed"]
 
 Prompt = str | list[Message]
 
@@ -72,6 +73,21 @@ class Backend(Protocol):
 
     def config(self) -> dict[str, Any]:
         """JSON-safe identity of the model (stored with a run; no secrets)."""
+        ...
+
+
+@runtime_checkable
+class NextTokenScorer(Protocol):
+    """Optional extra a backend may offer: the next-token distribution of a prompt.
+
+    Scorers that ask the model a second question (``p_true``) use it when the
+    backend has it (one forward pass, exact probabilities) and otherwise fall
+    back to a one-token :meth:`Backend.generate` with top-k alternatives.
+    """
+
+    def next_token_logprobs(self, prompts: list[Prompt], candidates: list[str]) -> Any:
+        """Array ``(len(prompts), len(candidates))`` of ``log p(candidate | prompt)``;
+        each candidate must be one token."""
         ...
 
 

@@ -132,6 +132,53 @@ class HFBackend:
             return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
         return list(self.tokenizer(prompt)["input_ids"])
 
+    # -- next-token scoring ------------------------------------------------------
+
+    def candidate_token_id(self, text: str) -> int:
+        """The id of ``text`` as one token (no special tokens added).
+
+        Raises :class:`~confide.errors.InvalidInputError` when ``text`` is not
+        exactly one token of this tokenizer.
+        """
+        ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        if len(ids) != 1:
+            raise InvalidInputError(f"{text!r} is {len(ids)} tokens for {self.source.name}, "
+                                    "not one", field="candidates")
+        return int(ids[0])
+
+    @torch.inference_mode()
+    def next_token_logprobs(self, prompts: list[Prompt], candidates: list[str]) -> np.ndarray:
+        r"""Log-probabilities of single-token ``candidates`` as the next token after each prompt.
+
+        .. math:: L_{ij} = \log p(v_j \mid x_i) = z_{i,v_j} - \log\sum_v e^{z_{i,v}}
+
+        One forward pass over the (left-padded) prompts per batch of
+        ``batch_size``; nothing is generated. Chat prompts go through the chat
+        template with the generation prompt, so the next token is the first
+        token of the assistant's reply.
+
+        Returns an array of shape ``(len(prompts), len(candidates))``.
+        """
+        ids = [self.candidate_token_id(c) for c in candidates]
+        index = torch.tensor(ids, dtype=torch.long, device=self.device)
+        encoded = [self.encode(p) for p in prompts]
+        out = np.zeros((len(prompts), len(ids)), dtype=np.float64)
+        for start in range(0, len(encoded), self.batch_size):
+            chunk = encoded[start:start + self.batch_size]
+            width = max(len(e) for e in chunk)
+            input_ids = torch.full((len(chunk), width), self._pad_id, dtype=torch.long)
+            mask = torch.zeros((len(chunk), width), dtype=torch.long)
+            for b, row in enumerate(chunk):
+                input_ids[b, width - len(row):] = torch.tensor(row)
+                mask[b, width - len(row):] = 1
+            input_ids, mask = input_ids.to(self.device), mask.to(self.device)
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            logits = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                                use_cache=False).logits[:, -1, :].float()
+            logp = torch.log_softmax(logits, dim=-1)[:, index]
+            out[start:start + len(chunk)] = logp.cpu().numpy()
+        return out
+
     # -- generation ------------------------------------------------------------
 
     def generate(self, prompts: list[Prompt], spec: GenerationSpec,
