@@ -338,8 +338,12 @@ class OpenAIBackend:
                 gens += (await self._post(session, payload, parse))[:1]
             return gens
 
-        first, rest = await asyncio.gather(greedy(), samples())
-        return GenerationResult(greedy=first, samples=rest)
+        # wait for both before raising, so no request outlives the session it runs in
+        first, rest = await asyncio.gather(greedy(), samples(), return_exceptions=True)
+        for outcome in (first, rest):
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return GenerationResult(greedy=first, samples=rest)  # type: ignore[arg-type]
 
     def _payload(self, messages: list[Message], spec: GenerationSpec, *, temperature: float,
                  n: int, seed: int, top_p: float | None = None) -> dict[str, Any]:
