@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -238,3 +239,74 @@ def test_fit_rejects_bad_options(rng):
         fit(recs, kind="probe", grader="exact", model=MODEL)
     with pytest.raises(InvalidInputError, match="layer"):
         fit(recs, kind="probe", grader="contains", model=MODEL, layer="99")
+
+
+# ------------------------------------------------------------------ CLI on a stored run
+
+
+def _store_run(path, records, *, model=MODEL):
+    from confide.store import RunStore
+
+    config = {"task": {"name": "synthetic"}, "grader": "contains", "scorers": ["msp"], "seed": 0}
+    with RunStore.open(path, config) as store:
+        store.set_meta("backend", model)
+        for i, r in enumerate(records):
+            store.put(r, i)
+    return path
+
+
+def test_cli_fit_then_eval_with_on_own_and_other_run(tmp_path, rng):
+    from typer.testing import CliRunner
+
+    from confide.cli import app
+
+    x, y, _ = _separable(rng, n=80, d=8)
+    msp = np.where(y == 1, 0.0, -1.0) + rng.normal(size=80)
+    own = _store_run(tmp_path / "a", _records(x, y, scores={"msp": msp}))
+    other = _store_run(tmp_path / "b", _records(x[:30], y[:30], scores={"msp": msp[:30]},
+                                                prefix="o"))
+    runner = CliRunner()
+    probe = tmp_path / "probe.json"
+    res = runner.invoke(app, ["fit", str(own), "--kind", "probe", "--layer", "8", "-o",
+                              str(probe), "--name", "p8"])
+    assert res.exit_code == 0, res.output
+    assert "cross-fitted AUROC" in res.output and probe.exists()
+    comb = tmp_path / "comb.json"
+    res = runner.invoke(app, ["fit", str(own), "--kind", "combiner", "-o", str(comb)])
+    assert res.exit_code == 0, res.output
+    assert "msp" in res.output and "weight" in res.output
+    for run_dir in (own, other):
+        table = tmp_path / f"{run_dir.name}.json"
+        res = runner.invoke(app, ["eval", str(run_dir), "--with", str(probe), "--with", str(comb),
+                                  "--resamples", "50", "--json", str(table)])
+        assert res.exit_code == 0, res.output
+        rows = {r["scorer"]: r for r in json.loads(table.read_text())["scorers"]}
+        assert {"msp", "p8", f"combiner:{Path(own).name}"} <= set(rows)
+        if run_dir == own:  # cross-fitted scores on the training run
+            assert rows["p8"]["n_nan"] == 0 and rows["p8"]["auroc"][0] > 0.8
+        else:  # items o0.. are new: scored by the final model
+            assert rows["p8"]["n"] == 30
+
+    from confide import api
+
+    run = api.apply_learned(api.open_run(own), [probe])
+    model = Learned.load(probe)
+    assert [r.scores["p8"] for r in run.records] == [model.oof[r.item.id] for r in run.records]
+
+
+def test_cli_fit_refuses_run_of_another_model_and_bad_kind(tmp_path, rng):
+    from typer.testing import CliRunner
+
+    from confide.cli import app
+
+    x, y, _ = _separable(rng, n=40, d=4)
+    own = _store_run(tmp_path / "a", _records(x, y))
+    gemma = _store_run(tmp_path / "g", _records(x, y, prefix="g"),
+                       model={**MODEL, "model": "gemma3-270m"})
+    probe = tmp_path / "p.json"
+    runner = CliRunner()
+    assert runner.invoke(app, ["fit", str(own), "-o", str(probe)]).exit_code == 0
+    res = runner.invoke(app, ["eval", str(gemma), "--with", str(probe)])
+    assert res.exit_code == 1 and "ConfigMismatch" in res.output
+    res = runner.invoke(app, ["fit", str(own), "--kind", "tree", "-o", str(probe)])
+    assert res.exit_code == 1 and "unknown kind" in res.output

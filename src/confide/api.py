@@ -36,8 +36,8 @@ from confide.scorers import ScoringContext
 from confide.store import RunStore
 from confide.tasks import Task
 
-__all__ = ["Run", "ScoredAnswer", "default_run_dir", "evaluate", "execute", "load_model", "open_run",
-           "report", "score"]
+__all__ = ["Run", "ScoredAnswer", "apply_learned", "default_run_dir", "evaluate", "execute",
+           "fit_learned", "load_model", "open_run", "report", "score"]
 
 
 def load_model(model: str = DEFAULT_MODEL, *, backend: str = "hf", **options: Any) -> Backend:
@@ -135,6 +135,30 @@ class Run:
 def open_run(path: str | Path) -> Run:
     """Open a stored run directory."""
     return Run(path)
+
+
+def fit_learned(run: str | Path, *, kind: str = "probe", out: str | Path | None = None,
+                **options: Any) -> Any:
+    """Fit a probe, lens probe or combiner on a stored run (see :func:`confide.learned.fit`);
+    save it to ``out`` (JSON) when given. Returns the :class:`~confide.learned.Learned`."""
+    from confide.learned import fit_run
+
+    model = fit_run(run, kind=kind, **options)  # type: ignore[arg-type]
+    if out is not None:
+        model.save(out)
+    return model
+
+
+def apply_learned(run: Run, files: list[str | Path] | tuple[str | Path, ...]) -> Run:
+    """Add the scores of fitted models (``confide fit`` files) to ``run``'s records, in memory.
+
+    On the run a model was fitted on, its training items get their cross-fitted
+    scores; on another run, items it was trained on get NaN with the reason.
+    """
+    from confide.learned import Learned, apply_to_run
+
+    run.records = apply_to_run(run.path, [Learned.load(f) for f in files])
+    return run
 
 
 def report(runs: str | Path | list[str | Path] | tuple[str | Path, ...],

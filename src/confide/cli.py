@@ -50,6 +50,16 @@ def _progress_bar(label: str) -> tuple[Any, Callable[[int, int], None]]:
     return bar, update
 
 
+def _int_list(text: str | None, option: str) -> tuple[int, ...]:
+    if not text:
+        return ()
+    try:
+        return tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError as exc:
+        raise typer.BadParameter(f"comma-separated integers expected, got {text!r}",
+                                 param_hint=option) from exc
+
+
 @app.command()
 def run(
     model: Annotated[str, typer.Option(help="bundled alias, .gguf file, model dir or hub id")
@@ -84,6 +94,9 @@ def run(
     judge_model: Annotated[Optional[str], typer.Option(
         help="--judge nli: the cross-encoder; --judge llm: a model other than the run's")
                            ] = None,
+    hidden_layers: Annotated[Optional[str], typer.Option(
+        help="store pooled hidden states of these layers, e.g. 8,16,-1 (for confide fit)")
+                             ] = None,
 ) -> None:
     """Generate, score, grade and store a run; print how well each scorer predicts correctness."""
     from confide import api
@@ -96,7 +109,8 @@ def run(
                        limit=limit or None, scorers=chosen, grader=grader,
                        max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size,
                        n_samples=samples, temperature=temperature, top_p=top_p, judge=judge,
-                       judge_options={"model": judge_model} if judge_model else {})
+                       judge_options={"model": judge_model} if judge_model else {},
+                       hidden_layers=_int_list(hidden_layers, "--hidden-layers"))
     target = out or api.default_run_dir(config)
     bar, update = _progress_bar(f"{Path(task).stem} × {Path(model).name}")
     with _user_errors():
@@ -220,6 +234,9 @@ def eval_(
     resamples: Annotated[int, typer.Option(help="bootstrap resamples")] = 1000,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="write the table as JSON")
                         ] = None,
+    with_: Annotated[Optional[list[Path]], typer.Option(
+        "--with", help="add the scores of a fitted probe/combiner (confide fit); repeatable")
+                     ] = None,
 ) -> None:
     """Recompute every metric of a stored run (no model, no regeneration, no rescoring)."""
     from confide import api
@@ -231,12 +248,56 @@ def eval_(
                **{m: {"n_bins": n_bins} for m in ("ece", "ece_mass", "ace")}}
     with _user_errors():
         result = api.open_run(run_dir)
+        if with_:
+            api.apply_learned(result, with_)
         table = result.evaluate(grader=grader, metrics=names, n_resamples=resamples,
                                 metric_options={k: v for k, v in options.items() if k in names})
     render_eval_table(console, table, title=str(run_dir), skipped=result.skipped_scorers)
     if json_out:
         json_out.write_text(json.dumps(table.to_dict(), indent=2))
         console.print(f"wrote {json_out}")
+
+
+@app.command(name="fit")
+def fit_(
+    run_dir: Annotated[Path, typer.Argument(help="graded run to train on")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="model file to write (JSON)")],
+    kind: Annotated[str, typer.Option(help="probe, lens (probe + token features) or combiner")
+                    ] = "probe",
+    layer: Annotated[str, typer.Option(
+        help="probe/lens: hidden key (8:mean, -1:last), a layer (8 = 8:mean) or 'best'")
+                     ] = "best",
+    scorers: Annotated[Optional[str], typer.Option(
+        help="combiner: comma-separated input scorers (default: all in the run)")] = None,
+    estimator: Annotated[str, typer.Option(
+        help="combiner: logistic, boosting or auto (whichever cross-validates better)")
+                         ] = "logistic",
+    grader: Annotated[Optional[str], typer.Option(help="grade that labels correctness")] = None,
+    folds: Annotated[int, typer.Option(help="cross-fitting folds")] = 5,
+    seed: Annotated[int, typer.Option(help="fold and tree seed")] = 0,
+    name: Annotated[Optional[str], typer.Option(help="score name (default: KIND:RUN)")] = None,
+) -> None:
+    """Fit a hidden-state probe or a scorer combiner on a graded run; apply with eval --with."""
+    from confide import api
+
+    chosen = [s.strip() for s in scorers.split(",") if s.strip()] if scorers else None
+    with _user_errors():
+        model = api.fit_learned(run_dir, kind=kind, out=out, layer=layer, scorers=chosen,
+                                estimator=estimator, grader=grader, n_folds=folds, seed=seed,
+                                **({"name": name} if name else {}))
+    rep = model.report
+    auroc = rep.get("oof_auroc")
+    console.print(f"{model.kind} [bold]{escape(model.name)}[/bold] on {rep['n']} graded items "
+                  f"({rep['n_correct']} correct): chosen {escape(str(rep['chosen']))}; "
+                  f"cross-fitted AUROC "
+                  + ("–" if auroc is None else f"{auroc:.3f}"))
+    weights = rep.get("weights") or rep.get("token_weights") or rep.get("importances")
+    if weights:
+        out_table = Table("input", "importance" if "importances" in rep else "weight")
+        for key, value in sorted(weights.items(), key=lambda kv: -abs(kv[1] or 0.0)):
+            out_table.add_row(key, "–" if value is None else f"{value:+.3f}")
+        console.print(out_table)
+    console.print(f"wrote {out}")
 
 
 @app.command(name="metrics")
