@@ -51,9 +51,11 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=50)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--device", default=None)
     args = parser.parse_args()
 
-    backend = HFBackend("smollm2", batch_size=args.batch_size)
+    backend = HFBackend(args.model, batch_size=args.batch_size, device=args.device)
     task = load_task("triviaqa", limit=args.items)
     prompts = [task.render(it, chat=backend.has_chat_template) for it in task.items]
     bare_generate(backend, prompts[: args.batch_size], 4, task.stop, args.batch_size)  # warm-up
@@ -62,7 +64,7 @@ def main() -> None:
     bare_tokens = bare_generate(backend, prompts, args.max_new_tokens, task.stop, args.batch_size)
     bare_1 = time.perf_counter() - t0
 
-    config = RunConfig(limit=args.items, max_new_tokens=args.max_new_tokens,
+    config = RunConfig(model=args.model, limit=args.items, max_new_tokens=args.max_new_tokens,
                        batch_size=args.batch_size)
     with tempfile.TemporaryDirectory() as out:
         t0 = time.perf_counter()
@@ -75,14 +77,18 @@ def main() -> None:
 
     bare = (bare_1 + bare_2) / 2
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"model smollm2 ({backend.config()['dtype']}), {args.items} TriviaQA items, "
+    if backend.device.startswith("cuda"):
+        peak_mb = torch.cuda.max_memory_allocated() / 2**20
+    print(f"model {args.model} ({backend.config()['dtype']}, {backend.device}), "
+          f"{args.items} TriviaQA items, "
           f"batch {args.batch_size}, max_new_tokens {args.max_new_tokens}")
     print(f"bare transformers generate: {bare_1:.2f} s and {bare_2:.2f} s, "
           f"{bare_tokens} answer tokens")
     print(f"confide full pipeline:      {full:.2f} s, {outcome.generated_tokens} answer tokens "
           f"(generate + statistics {outcome.generation_seconds:.2f} s)")
     print(f"ratio full / bare: {full / bare:.3f}   (target <= 1.10)")
-    print(f"peak resident memory: {peak_mb:.0f} MB")
+    what = "GPU memory allocated" if backend.device.startswith("cuda") else "resident memory"
+    print(f"peak {what}: {peak_mb:.0f} MB")
 
 
 if __name__ == "__main__":

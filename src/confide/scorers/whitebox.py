@@ -104,7 +104,7 @@ def self_certainty(record: Record) -> float:
     return float(np.mean(_stat(record.greedy, "token_kl_uniform")))
 
 
-@scorer("length", needs={Need.TOKEN_LOGPROBS})
+@scorer("length")
 def length(record: Record) -> float:
     r"""Diagnostic baseline: the negated answer length in tokens.
 
@@ -119,5 +119,6 @@ def length(record: Record) -> float:
     """
     n = record.greedy.n_tokens
     if n == 0:
-        raise CannotScore("empty answer: no tokens to count")
+        raise CannotScore("empty answer: no tokens to count" if not record.greedy.text
+                          else "the backend gave no tokens")
     return -float(n)
