@@ -146,7 +146,8 @@ def test_user_jsonl_missing_question_field(tmp_path):
 
 
 def test_user_jsonl_empty_question_names_item(tmp_path):
-    p = write(tmp_path / "file.jsonl", '{"id": "a1", "question": "ok"}\n{"id": "b2", "question": "  "}\n')
+    p = write(tmp_path / "file.jsonl",
+              '{"id": "a1", "question": "ok"}\n{"id": "b2", "question": "  "}\n')
     with pytest.raises(InvalidInputError, match=r"file.jsonl:2: question: item 'b2': empty"):
         load_task(p)
 

@@ -903,7 +903,8 @@ def ast_match(answer: str, item: Item) -> float:
     A call's arguments satisfy the allowed values when it has no argument the
     ground truth does not list, every argument it gives matches one allowed
     value, and every argument it omits is optional (``""`` or ``null`` among
-    its allowed values, or an empty list of allowed values). Strings match case-insensitively ignoring spaces and ``,./-_*^``
+    its allowed values, or an empty list of allowed values). Strings match
+    case-insensitively ignoring spaces and ``,./-_*^``
     (as BFCL does); numbers match numerically (an int is accepted for a
     float); lists element-wise; nested objects recursively. Parallel calls
     match in any order.

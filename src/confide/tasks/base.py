@@ -33,7 +33,8 @@ class Task:
 
     ``fewshot`` is the exemplar pool for k-shot prompts; it never overlaps
     ``items``. With ``fewshot_key`` set (e.g. ``"subject"``), an item's
-    exemplars are the first ones whose ``metadata[fewshot_key]`` equals its own. ``skipped`` lists ``(where, reason)`` for records dropped with
+    exemplars are the first ones whose ``metadata[fewshot_key]`` equals its own.
+    ``skipped`` lists ``(where, reason)`` for records dropped with
     ``on_bad_record="skip"``.
     """
 
@@ -132,7 +133,8 @@ class Task:
         parts = []
         for ex in self.exemplars(item, self.num_fewshot):
             v = self._variables(ex, answer=self._exemplar_answer(ex))
-            parts.append(render_template(t["completion"], v) + render_template(t["target"] or "", v))
+            parts.append(render_template(t["completion"], v)
+                         + render_template(t["target"] or "", v))
         parts.append(render_template(t["completion"], variables))
         return header + (t["separator"] or "\n\n").join(parts)
 

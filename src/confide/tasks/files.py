@@ -1,7 +1,8 @@
 """Reading data files into Items: JSONL, CSV, Parquet and Hugging Face ``datasets``.
 
 Every reader yields ``(line, record)`` with a 1-based line (JSONL: physical
-line; a ``.json`` file holding one array: the element number; CSV: the line where the record starts, the header being line 1;
+line; a ``.json`` file holding one array: the element number; CSV: the line
+where the record starts, the header being line 1;
 Parquet and ``datasets``: the row number, 1-based). A record that cannot be
 used raises :class:`~confide.errors.InvalidInputError` whose message starts
 with ``file:line: field:``, or — with ``on_bad_record="skip"`` — is skipped and
@@ -38,7 +39,8 @@ from confide.errors import InvalidInputError
 from confide.records import Item
 from confide.tasks.base import LETTERS, BadRecords, Task, file_sha256, pop_options
 
-__all__ = ["SUFFIXES", "iter_csv", "iter_json_array", "iter_jsonl", "iter_parquet", "load_hf_dataset",
+__all__ = ["SUFFIXES", "iter_csv", "iter_json_array", "iter_jsonl", "iter_parquet",
+           "load_hf_dataset",
            "load_user_file", "records_to_items"]
 
 SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")

@@ -82,8 +82,8 @@ FORMATS: dict[str, dict[str, str | None]] = {
                 "{% for letter, choice in zip(letters, choices) %}{{ letter }}. {{ choice }}\n"
                 "{% endfor %}Answer:",
         "completion": "{{ question }}\n"
-                      "{% for letter, choice in zip(letters, choices) %}{{ letter }}. {{ choice }}\n"
-                      "{% endfor %}Answer:",
+                      "{% for letter, choice in zip(letters, choices) %}"
+                      "{{ letter }}. {{ choice }}\n{% endfor %}Answer:",
         "target": " {{ answer }}",
         "separator": "\n\n",
     },
