@@ -310,3 +310,12 @@ def test_cli_fit_refuses_run_of_another_model_and_bad_kind(tmp_path, rng):
     assert res.exit_code == 1 and "ConfigMismatch" in res.output
     res = runner.invoke(app, ["fit", str(own), "--kind", "tree", "-o", str(probe)])
     assert res.exit_code == 1 and "unknown kind" in res.output
+
+
+def test_cli_run_rejects_bad_hidden_layers():
+    from typer.testing import CliRunner
+
+    from confide.cli import app
+
+    res = CliRunner().invoke(app, ["run", "--hidden-layers", "8,last", "--limit", "1"])
+    assert res.exit_code == 2 and "comma-separated integers" in res.output
