@@ -101,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="an OpenAI-compatible upstream instead of the local model")
     parser.add_argument("--timeout", type=float, default=600.0, help="per request, seconds")
     parser.add_argument("--device", default=None, help="hf: cpu or cuda")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="hf: torch intra-op threads (1 avoids thread spin on a busy CPU)")
     parser.add_argument("--fake-upstream", action="store_true",
                         help="upstream: the instant fault-free test server (tests/faultserver.py)")
     args = parser.parse_args(argv)
@@ -121,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
                                concurrency=64)
     else:
         backend = load_backend("hf", args.model, batch_size=args.max_batch, device=args.device)
+        if args.threads:
+            import torch
+
+            torch.set_num_threads(args.threads)
     task = load_task("triviaqa", limit=100)
     questions = [it.prompt if isinstance(it.prompt, str) else it.prompt[-1]["content"]
                  for it in task.items]
@@ -145,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     config = backend.config()
     print(f"\nconfide serve load: upstream {config.get('backend')} {config.get('model')}, "
           f"{args.requests} requests per row, max_tokens {args.max_tokens}, "
-          f"max_batch {args.max_batch}; load average before/after "
+          f"max_batch {args.max_batch}, torch threads {args.threads or 'default'}; load average before/after "
           f"{load[0]:.1f}/{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores\n")
     print("| clients | requests | wall s | req/s | tokens/s | p50 s | p95 s | p99 s | errors |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
