@@ -39,6 +39,7 @@ READABLE = [
     ("I'm not sure.", 0.35), ("I am confident.", 0.8), ("I'm not confident", 0.25),
     ("Confidence: high", 0.85), ("Confidence: very low", 0.05), ("Medium", 0.5),
     ("probably", 0.7), ("About even", 0.5), ("Very likely (90%)", 0.9),
+    ("Confidence: 0. I am very confident.", 0.0),
 ]
 
 UNREADABLE = [

@@ -148,7 +148,9 @@ def parse_confidence(reply: str) -> float:
     keyword = _KEYWORD_RE.search(text)
     if keyword is not None:
         focus = text[keyword.end():]
-        found = _first_value(focus) or _first_phrase(focus, levels=True)
+        found = _first_value(focus)
+        if found is None:
+            found = _first_phrase(focus, levels=True)
         if found is not None:
             return _checked(found)
     matches = list(_VALUE_RE.finditer(text))
@@ -160,7 +162,9 @@ def parse_confidence(reply: str) -> float:
         if len(values) > 1:
             raise CannotScore(R_SEVERAL)
         return _checked(values.pop())
-    found = _LEVELS.get(text.strip(" .!\n")) or _first_phrase(text, levels=False)
+    found = _LEVELS.get(text.strip(" .!\n"))
+    if found is None:
+        found = _first_phrase(text, levels=False)
     if found is None:
         raise CannotScore(R_NONE)
     return _checked(found)
