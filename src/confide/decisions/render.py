@@ -41,7 +41,7 @@ def render_calibration(console: Console, fit: CalibrationFit) -> None:
     console.print(rel)
 
 
-def render_abstention(console: Console, fit: AbstentionFit, *, max_rows: int = 12) -> None:
+def render_abstention(console: Console, fit: AbstentionFit, *, max_rows: int = 10) -> None:
     p = fit.policy
     style = "green" if p.feasible else "yellow"
     console.print(f"[{style}]{escape(p.guarantee)}[/{style}]")
@@ -57,11 +57,14 @@ def render_abstention(console: Console, fit: AbstentionFit, *, max_rows: int = 1
     steps = Table("test", "threshold", "answered", "errors", "p-value", "certified",
                   title="test sequence", title_justify="left")
     stop = int(fit.rejected.sum())
-    shown = range(min(len(fit.thresholds), max(max_rows, stop + 1)))
+    chosen = [j for j in range(stop) if fit.thresholds[j] == p.threshold]
+    shown = sorted({*range(min(len(fit.thresholds), max_rows)), *chosen[:1],
+                    *([stop] if stop < len(fit.thresholds) else [])})
     for j in shown:
         steps.add_row(str(j + 1), f"{fit.thresholds[j]:.6g}", str(int(fit.n_answered[j])),
                       str(int(fit.n_errors[j])), f"{fit.p_values[j]:.3g}",
-                      "yes" if fit.rejected[j] else "no — stop" if j == stop else "–")
+                      ("yes, chosen" if chosen and j == chosen[0] else "yes")
+                      if fit.rejected[j] else "no — stop" if j == stop else "–")
     console.print(steps)
 
 
