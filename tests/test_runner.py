@@ -111,3 +111,23 @@ def test_run_killed_with_sigkill_resumes_to_identical_results(tmp_path):
     a, b = api.open_run(killed), api.open_run(clean)
     assert _comparable(a) == _comparable(b)
     assert a.table.to_dict() == b.table.to_dict()
+
+
+def test_run_ctrl_c_keeps_stored_items_and_says_how_to_resume(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "confide.cli", "run", "--limit", "8", "--max-new-tokens", "10",
+           "--batch-size", "2", "--no-report", "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "COLUMNS": "300"})
+    deadline = time.monotonic() + 300
+    while _count(out / "run.sqlite") < 2 and time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    stored = _count(out / "run.sqlite")
+    assert proc.returncode == 130, stderr
+    assert "Interrupted" in stderr and "Resume with: confide run" in stderr
+    assert "Traceback" not in stderr
+    assert 2 <= stored < 8
