@@ -176,6 +176,8 @@ MC = Item("mc1", "?", ["C", "mall"], {"choices": ["bank", "department store", "m
     ("It would be at a mall.", 1.0),
     ("A", 0.0), ("A. bank", 0.0), ("bank", 0.0), ("A bank", 0.0), ("The answer is (B)", 0.0),
     ("a bank or a mall", 0.0),  # two options named: no pick
+    ("The answer is a mall", 1.0), ("the answer is a bank", 0.0),  # lower-case "a" is no letter
+    ("C. bank", 0.0),  # letter and text disagree: no pick
     ("", 0.0), ("I don't know", 0.0), ("E", 0.0),
 ])
 def test_choice_letter_or_option_text(answer, expected):
@@ -185,6 +187,7 @@ def test_choice_letter_or_option_text(answer, expected):
 def test_choice_yes_no_and_unicode_and_letters_only():
     yn = Item("b1", "?", ["B", "yes"], {"choices": ["no", "yes"]})
     assert choice("Yes.", yn) == 1.0 and choice("No, it does not.", yn) == 0.0
+    assert choice("A. yes", yn) == 0.0 and choice("B. yes", yn) == 1.0  # SmolLM2 said "A. yes"
     assert choice("Ｂ", yn) == 1.0  # full-width letter
     uni = Item("u1", "?", ["B"], {"choices": ["Zürich", "Genève"]})
     assert choice("geneve", uni) == 1.0 and choice("Zurich", uni) == 0.0

@@ -602,46 +602,56 @@ def numeric(answer: str, item: Item, *, tolerance: float = 1e-6,
 # ---------------------------------------------------------------------------
 # multiple choice
 
-_LETTER_PATTERNS = (
-    re.compile(r"^\(?([A-Z])\)?[.):]?$"),                           # "B", "(B)", "B.", "B)"
-    re.compile(r"^\(?([A-Z])[.):]\s"),                              # "B. text", "B) text"
-    re.compile(r"^\(([A-Z])\)\s"),                                  # "(B) text"
-    re.compile(r"\b(?:answer|option|choice)\s*(?:is|:)?\s*\(?([A-Z])\b(?![’'\w])",
-               re.IGNORECASE),                                      # "the answer is B"
+_LEADING_LETTER = (
+    re.compile(r"^\(?([A-Z])\)?[.):]?$"),       # "B", "(B)", "B.", "B)"
+    re.compile(r"^\(?([A-Z])[.):]\s"),          # "B. text", "B) text", "B: text"
+    re.compile(r"^\(([A-Z])\)\s"),              # "(B) text"
 )
+_ANSWER_IS = re.compile(r"\b(?i:answer|option|choice)\s*(?i:is|:)?\s*\(?([A-Z])\b(?![’'\w])")
+
+
+def _named_options(norm: str, norm_choices: list[str]) -> list[int]:
+    # options whose text appears as whole words, ignoring one contained in another found one
+    padded = f" {norm} "
+    found = [i for i, c in enumerate(norm_choices) if c and f" {c} " in padded]
+    return [i for i in found if not any(j != i and norm_choices[i] in norm_choices[j]
+                                        for j in found)]
 
 
 def _letter_index(text: str, n: int) -> int | None:
-    for pattern in _LETTER_PATTERNS:
+    for pattern in (*_LEADING_LETTER, _ANSWER_IS):
         m = pattern.search(text)
-        if m:
-            i = ord(m.group(1).upper()) - ord("A")
-            if 0 <= i < n:
-                return i
+        if m and 0 <= ord(m.group(1)) - ord("A") < n:
+            return ord(m.group(1)) - ord("A")
     return None
 
 
 def _choice_index(answer: str, choices: list[str]) -> int | None:
     text = unicodedata.normalize("NFKC", answer).strip()
-    norm = normalize_answer(text)
-    norm_choices = [normalize_answer(c) for c in choices]
-    if norm and norm in norm_choices and norm_choices.count(norm) == 1:
-        return norm_choices.index(norm)
     n = len(choices)
-    i = _letter_index(text, n)
-    if i is not None:
-        return i
+    norm_choices = [normalize_answer(c) for c in choices]
+    for pattern in _LEADING_LETTER:
+        m = pattern.match(text)
+        if m and 0 <= ord(m.group(1)) - ord("A") < n:
+            i = ord(m.group(1)) - ord("A")
+            rest = normalize_answer(text[m.end():])
+            if not rest or rest.startswith(norm_choices[i]) or \
+                    _named_options(rest, norm_choices) in ([], [i]):
+                return i
+            return None  # the letter and the text name different options
+    norm = normalize_answer(text)
+    if norm and norm_choices.count(norm) == 1:
+        return norm_choices.index(norm)
+    m = _ANSWER_IS.search(text)
+    if m and 0 <= ord(m.group(1)) - ord("A") < n:
+        return ord(m.group(1)) - ord("A")
     # "A bank" style: a letter, a space, then that option's text
     m = re.match(r"^([A-Z])\s+(.*)$", text, re.S)
     if m:
         i = ord(m.group(1)) - ord("A")
         if 0 <= i < n and normalize_answer(m.group(2)).startswith(norm_choices[i]):
             return i
-    # exactly one option's text appears as whole words
-    padded = f" {norm} "
-    found = [i for i, c in enumerate(norm_choices) if c and f" {c} " in padded]
-    found = [i for i in found if not any(j != i and norm_choices[i] in norm_choices[j]
-                                         for j in found)]
+    found = _named_options(norm, norm_choices)
     return found[0] if len(found) == 1 else None
 
 
@@ -651,11 +661,12 @@ def choice(answer: str, item: Item) -> float:
 
     .. math:: g = \mathbb{1}[\hat{k}(a) = k^*]
 
-    where :math:`\hat{k}(a)` is read from the answer, first match wins: the
-    whole answer equals one option's text (normalised); a letter alone or
-    leading (``B``, ``(B)``, ``B.``, ``B) …``); "the answer is B"; a letter
-    followed by its own option's text (``A bank``); exactly one option's text
-    contained as whole words. :math:`k^*` is the reference: a letter or an
+    where :math:`\hat{k}(a)` is read from the answer, first match wins: a
+    letter alone or leading (``B``, ``(B)``, ``B.``, ``B) …``) — no pick if
+    the text after it names another option (``A. yes`` when A is "no"); the
+    whole answer equals one option's text (normalised); "the answer is B";
+    a letter followed by its own option's text (``A bank``); exactly one
+    option's text contained as whole words. :math:`k^*` is the reference: a letter or an
     option text.
 
     Parameters
