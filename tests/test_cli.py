@@ -98,3 +98,18 @@ def test_cli_run_small_real_model(tmp_path):
     again = runner.invoke(app, ["run", "--limit", "4", "--max-new-tokens", "10",
                                 "--batch-size", "4", "--out", str(tmp_path / "r")])
     assert "nothing generated" in again.output
+
+
+def test_cli_on_bad_record_skip_counts_and_reports(tmp_path):
+    data = tmp_path / "mixed.jsonl"
+    data.write_text('{"question": "What is the capital of France?", "references": ["Paris"]}\n'
+                    '{"question": "broken", \n'
+                    '{"references": ["no question"]}\n'
+                    '{"question": "Who wrote Hamlet?", "references": ["Shakespeare"]}\n')
+    result = runner.invoke(app, ["run", "--task", str(data), "--on-bad-record", "skip",
+                                 "--max-new-tokens", "8", "--no-report",
+                                 "--out", str(tmp_path / "r")], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "2 bad record(s) skipped" in result.output
+    assert "mixed.jsonl:2" in result.output and "mixed.jsonl:3" in result.output
+    assert "on 2 graded of 2 items" in result.output

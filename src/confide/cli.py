@@ -97,6 +97,8 @@ def run(
     hidden_layers: Annotated[Optional[str], typer.Option(
         help="store pooled hidden states of these layers, e.g. 8,16,-1 (for confide fit)")
                              ] = None,
+    on_bad_record: Annotated[str, typer.Option(
+        help="raise: stop at a malformed data record; skip: skip it and count it")] = "raise",
 ) -> None:
     """Generate, score, grade and store a run; print how well each scorer predicts correctness."""
     from confide import api
@@ -110,7 +112,8 @@ def run(
                        max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size,
                        n_samples=samples, temperature=temperature, top_p=top_p, judge=judge,
                        judge_options={"model": judge_model} if judge_model else {},
-                       hidden_layers=_int_list(hidden_layers, "--hidden-layers"))
+                       hidden_layers=_int_list(hidden_layers, "--hidden-layers"),
+                       on_bad_record=on_bad_record)
     target = out or api.default_run_dir(config)
     bar, update = _progress_bar(f"{Path(task).stem} × {Path(model).name}")
     with _user_errors():
@@ -137,6 +140,10 @@ def run(
                       f"{outcome.total - outcome.generated} resumed from the store")
     else:
         console.print(f"all {outcome.total} items were already stored; nothing generated")
+    if outcome.task.skipped:
+        err_console.print(f"[yellow]{len(outcome.task.skipped)} bad record(s) skipped[/yellow]:")
+        for where, reason in outcome.task.skipped[:10]:
+            err_console.print(f"  {escape(where)}: {escape(reason)}")
     if outcome.failures:
         first = next(iter(outcome.failures.values()))
         err_console.print(f"[red]{len(outcome.failures)} item(s) failed[/red] and are recorded "

@@ -56,6 +56,7 @@ class RunConfig:
     task_options: dict[str, Any] = field(default_factory=dict)
     judge: str | None = None  # semantic scorers' equivalence judge; None: the task's default
     judge_options: dict[str, Any] = field(default_factory=dict)
+    on_bad_record: str = "raise"  # "skip": skip malformed data records, counted in Task.skipped
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -128,7 +129,7 @@ def execute(config: RunConfig, out: str | Path, *, backend: Backend | None = Non
     if config.judge is not None:
         JUDGES[config.judge]
     task = load_task(config.task, limit=config.limit, data_path=config.data_path,
-                     **config.task_options)
+                     on_bad_record=config.on_bad_record, **config.task_options)
     grader = config.grader or task.grader
     GRADERS[grader]
     for item in task.items:
