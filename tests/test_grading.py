@@ -305,3 +305,40 @@ def test_import_keeps_heavy_packages_lazy():
             " if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_judge_grader_on_the_bundled_model(hf_model):
+    from confide.grading import GRADERS, grade
+
+    item = Item("q", "What is the capital of France?", ["Paris"])
+    right = grade("Paris", item, "judge", backend=hf_model)
+    wrong = grade("Berlin", item, "judge", backend=hf_model)
+    assert 0.0 < wrong < right < 1.0
+    assert GRADERS["judge"].needs_backend and GRADERS["judge"].continuous
+
+
+def test_judge_grader_hand_computed_with_a_fixed_distribution():
+    """P(Yes) renormalised over Yes/No spellings, from a backend with known log-probs."""
+    import math
+
+    from confide.grading import grade
+
+    class FixedNextToken:
+        has_chat_template = False
+
+        def next_token_logprobs(self, prompts, candidates):
+            table = {"Yes": math.log(0.3), " Yes": math.log(0.1), "No": math.log(0.2),
+                     " No": math.log(0.05), "yes": -50.0, " yes": -50.0, "no": -50.0,
+                     " no": -50.0}
+            return [[table[c] for c in candidates]]
+
+    value = grade("Paris", Item("q", "Capital?", ["Paris"]), "judge", backend=FixedNextToken())
+    assert value == pytest.approx(0.4 / 0.65, rel=1e-6)
+
+
+def test_judge_grader_without_backend_is_an_error():
+    from confide.errors import ConfideError
+    from confide.grading import grade
+
+    with pytest.raises(ConfideError, match="needs a model"):
+        grade("Paris", Item("q", "Capital?", ["Paris"]), "judge")

@@ -45,6 +45,8 @@ __all__ = [
     "f1",
     "grade",
     "grader",
+    "judge",
+    "judge_prompt",
     "normalize_answer",
     "numeric",
     "parse_function_calls",
@@ -60,20 +62,22 @@ class GraderSpec:
     fn: Callable[..., float]
     continuous: bool = False
     summary: str = ""
+    needs_backend: bool = False  # called with backend= (the LLM judge)
 
 
 GRADERS: Registry[GraderSpec] = Registry("grader")
 LETTERS = string.ascii_uppercase
 
 
-def grader(name: str, *, continuous: bool = False
+def grader(name: str, *, continuous: bool = False, needs_backend: bool = False
            ) -> Callable[[Callable[..., float]], Callable[..., float]]:
     """Register ``fn(answer, item, **options) -> float`` as grader ``name``."""
 
     def decorate(fn: Callable[..., float]) -> Callable[..., float]:
         doc = inspect.getdoc(fn) or ""
         GRADERS.add(name, GraderSpec(name=name, fn=fn, continuous=continuous,
-                                     summary=doc.splitlines()[0] if doc else ""))
+                                     summary=doc.splitlines()[0] if doc else "",
+                                     needs_backend=needs_backend))
         return fn
 
     return decorate
@@ -1071,3 +1075,65 @@ def embedding(answer: str, item: Item, *, threshold: float = 0.75) -> float:
         return 0.0
     vectors = embed_texts([answer, *refs])
     return float(float((vectors[1:] @ vectors[0]).max()) >= threshold)
+
+
+# ---------------------------------------------------------------------------
+# LLM-as-a-judge
+
+
+JUDGE_YES = ("Yes", " Yes", "yes", " yes")
+JUDGE_NO = ("No", " No", "no", " no")
+
+
+def judge_prompt(answer: str, item: Item, *, chat: bool) -> str | list[dict[str, str]]:
+    """The judge's question: is the proposed answer correct, given the references?
+
+    >>> print(judge_prompt("Paris", Item("q", "Capital of France?", ["Paris"]), chat=False))
+    Question: Capital of France?
+    Correct answers: Paris
+    Proposed answer: Paris
+    Is the proposed answer correct? Reply Yes or No.
+    Reply:
+    """
+    question = item.prompt if isinstance(item.prompt, str) else next(
+        (m["content"] for m in reversed(item.prompt) if m.get("role") == "user"), "")
+    text = (f"Question: {question}\nCorrect answers: {'; '.join(_references(item))}\n"
+            f"Proposed answer: {answer}\nIs the proposed answer correct? Reply Yes or No.")
+    if chat:
+        return [{"role": "user", "content": text}]
+    return text + "\nReply:"
+
+
+@grader("judge", continuous=True, needs_backend=True)
+def judge(answer: str, item: Item, *, backend: Any = None) -> float:
+    r"""LLM-as-a-judge: the probability a model answers "Yes" to "is this answer correct?".
+
+    .. math::
+        g = \frac{P(\text{Yes} \mid q, R, y)}{P(\text{Yes} \mid q, R, y) + P(\text{No} \mid q, R, y)}
+
+    The judge sees the question :math:`q`, the reference answers :math:`R` and
+    the proposed answer :math:`y` (:func:`judge_prompt`); the probability sums
+    the one-token spellings of Yes and of No. Any confide backend can judge; in
+    ``confide run`` it is the run's own model (a small model judging itself is
+    a weak, self-favouring judge: name a stronger one through the API with
+    ``grade(..., backend=load_model("..."))``). Not measured against the
+    human labels here: the bundled 135M model is too weak a judge to be worth
+    the time on the shared CPU.
+
+    References: [1] Zheng et al., 2023, "Judging LLM-as-a-Judge with MT-Bench
+    and Chatbot Arena", NeurIPS; [2] Santilli et al., 2025, "Revisiting
+    Uncertainty Quantification Evaluation in Language Models" (LLM judges are
+    the least length-biased graders).
+    """
+    from confide.backends.binary import two_way_probability
+    from confide.errors import CannotScore, ConfideError
+
+    _references(item)  # items without references cannot be judged
+    if backend is None:
+        raise ConfideError("the judge grader needs a model: pass backend= (confide run passes "
+                           "the run's model)")
+    prompt = judge_prompt(answer, item, chat=bool(getattr(backend, "has_chat_template", False)))
+    try:
+        return two_way_probability(backend, prompt, JUDGE_YES, JUDGE_NO)
+    except CannotScore as exc:
+        raise ConfideError(f"item {item.id!r}: judge gave no Yes/No probability: {exc}") from exc

@@ -109,9 +109,10 @@ def score_record(record: Record, scorers: list[ScorerSpec], ctx: ScoringContext)
             record.score_errors[spec.name] = reason
 
 
-def _grade_record(record: Record, grader: str) -> None:
+def _grade_record(record: Record, grader: str, backend: Backend) -> None:
     if record.item.references:  # items without references can be scored, not graded
-        record.grades[grader] = grade(record.greedy.text, record.item, grader)
+        options = {"backend": backend} if GRADERS[grader].needs_backend else {}
+        record.grades[grader] = grade(record.greedy.text, record.item, grader, **options)
 
 
 def _identity(config: RunConfig, task: Task) -> dict[str, Any]:
@@ -184,7 +185,7 @@ def execute(config: RunConfig, out: str | Path, *, backend: Backend | None = Non
                 outcome.generated_tokens += record.greedy.n_tokens + sum(
                     s.n_tokens for s in record.samples)
                 score_record(record, usable, ctx)
-                _grade_record(record, grader)
+                _grade_record(record, grader, backend)
                 if store.put(record, start + offset):
                     stored += 1
                     outcome.generated += 1

@@ -11,13 +11,13 @@ from confide.backends.base import GenerationResult, GenerationSpec
 from confide.errors import CannotScore
 from confide.records import Generation, Item, Record
 from confide.scorers import SCORERS, ScoringContext, run_scorer
+from confide.backends.binary import _renormalised
 from confide.scorers.reflexive import (
     R_EMPTY,
     R_NONE,
     R_RANGE,
     R_SEVERAL,
     _confidence_part,
-    _p_true_from_logprobs,
     p_true_prompt,
     parse_confidence,
     question_text,
@@ -96,7 +96,7 @@ def test_prompts_carry_question_and_answer():
 
 def test_p_true_renormalises_over_true_and_false_hand_computed():
     # P(True spellings) = 0.3 + 0.1, P(False spellings) = 0.2 -> 0.4 / 0.6
-    value = _p_true_from_logprobs(np.log([0.3, 0.1]), np.log([0.2]))
+    value = _renormalised(np.log([0.3, 0.1]), np.log([0.2]))
     assert value == pytest.approx(2 / 3)
 
 

@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from confide.backends.base import GenerationSpec, NextTokenScorer, Prompt, item_seed
-from confide.errors import CannotScore, InvalidInputError
+from confide.backends.base import GenerationSpec, Prompt, item_seed
+from confide.backends.binary import two_way_probability
+from confide.errors import CannotScore
 from confide.records import Item, Record
 from confide.scorers.base import Cost, Need, ScoringContext, scorer
 
@@ -298,12 +299,6 @@ def _reply(record: Record, ctx: ScoringContext, prompt: Prompt, max_new_tokens: 
     return str(result.greedy.text)
 
 
-def _p_true_from_logprobs(logp_true: np.ndarray, logp_false: np.ndarray) -> float:
-    lt = float(np.logaddexp.reduce(logp_true))
-    lf = float(np.logaddexp.reduce(logp_false))
-    return float(1.0 / (1.0 + math.exp(lf - lt)))
-
-
 @scorer("p_true", needs={Need.EXTRA_PROMPT, Need.TOP_LOGPROBS}, cost=Cost.MODEL_CALLS)
 def p_true(record: Record, ctx: ScoringContext) -> float:
     r"""P(True): the probability the model gives "True" when asked if its answer is true.
@@ -328,30 +323,12 @@ def p_true(record: Record, ctx: ScoringContext) -> float:
     if not answer.strip():
         raise CannotScore("empty answer: nothing to judge")
     prompt = p_true_prompt(record.item, answer, chat=bool(backend.has_chat_template))
-    true_v, false_v = P_TRUE_VARIANTS["true"], P_TRUE_VARIANTS["false"]
-    if isinstance(backend, NextTokenScorer):
-        try:
-            logp = np.asarray(backend.next_token_logprobs([prompt], [*true_v, *false_v]))[0]
-        except InvalidInputError as exc:
-            raise CannotScore(f"p_true: {exc}") from exc
-        return _p_true_from_logprobs(logp[:len(true_v)], logp[len(true_v):])
-    spec = GenerationSpec(max_new_tokens=1, top_k_alternatives=P_TRUE_TOP_K)
-    result = backend.generate([prompt], spec, [_seed(record, ctx)])[0]
-    gen = result.greedy
-    if gen is None or gen.top_tokens is None or gen.top_logprobs is None \
-            or len(gen.top_tokens) == 0:
-        raise CannotScore("p_true: the backend gave no top log-probabilities for the reply")
-    tokens, logps = gen.top_tokens[0], np.asarray(gen.top_logprobs[0], dtype=np.float64)
-    found: dict[str, list[float]] = {"true": [], "false": []}
-    for tok, lp in zip(tokens, logps, strict=False):
-        word = tok.strip().lower()
-        if word in found:
-            found[word].append(float(lp))
-    if not found["true"] and not found["false"]:
-        raise CannotScore("p_true: neither True nor False among the top next tokens")
-    floor = float(logps.min())
-    return _p_true_from_logprobs(np.asarray(found["true"] or [floor]),
-                                 np.asarray(found["false"] or [floor]))
+    try:
+        return two_way_probability(backend, prompt, P_TRUE_VARIANTS["true"],
+                                   P_TRUE_VARIANTS["false"], seed=_seed(record, ctx),
+                                   top_k=P_TRUE_TOP_K)
+    except CannotScore as exc:
+        raise CannotScore(f"p_true: {exc.reason}") from exc
 
 
 @scorer("verbalized_2s", needs={Need.EXTRA_PROMPT}, cost=Cost.MODEL_CALLS)
