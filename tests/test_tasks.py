@@ -226,7 +226,8 @@ def test_user_file_errors(tmp_path):
 
 
 def test_hf_datasets_json_offline(tmp_path, monkeypatch):
-    datasets = pytest.importorskip("datasets")
+    import datasets
+
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     data = write(tmp_path / "d.jsonl", '{"question": "2+2?", "answer": "4"}\n'

@@ -402,7 +402,8 @@ def test_run_view_length_audit_says_when_there_is_no_lead():
 
 
 def test_sample_groups_follow_the_judge_clusters():
-    judges = pytest.importorskip("confide.judges")
+    from confide import judges
+
     samples = [Generation(t) for t in ["12 apples", "12", "13", "twelve"]]
     groups = sample_groups(samples, "It is 12.", judge=judges.make_judge("numeric"))
     assert [(g["n"], g["greedy"]) for g in groups] == [(2, True), (1, False), (1, False)]
