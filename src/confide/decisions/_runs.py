@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from confide.api import Run
     from confide.records import Record
 
-__all__ = ["RunColumn", "as_run", "run_column"]
+__all__ = ["RunColumn", "as_run", "run_column", "sampled_records"]
 
 
 def as_run(run: Run | str | Path) -> Run:
@@ -74,3 +74,19 @@ def run_column(run: Run | str | Path, scorer: str, grader: str | None = None) ->
                                         dtype=np.float64),
                      scorer=scorer, grader=grader, n_missing=len(graded) - len(keep),
                      source=where)
+
+
+def sampled_records(run: Run | str | Path, grader: str | None, judge: str | None
+                    ) -> tuple[Run, str, str, Any, list[Record]]:
+    """The run, its grader, the judge's name, the judge, and the graded records with samples."""
+    from confide.judges import default_judge, make_judge
+
+    run = as_run(run)
+    grader = grader or run.grader
+    judge_name = judge or run.config.get("judge") or default_judge(grader)
+    equiv = make_judge(judge_name)
+    usable = [r for r in run.records if r.samples and grader in r.grades]
+    if not usable:
+        raise InvalidInputError("no graded record has samples; run with n_samples "
+                                "(confide run --samples K)", file=str(run.path), field="samples")
+    return run, grader, judge_name, equiv, usable

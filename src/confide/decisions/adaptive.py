@@ -128,18 +128,10 @@ def replay_adaptive(run: Any, *, levels: tuple[float, ...] = (0.8, 0.9, 0.95, 0.
     come from ``judge`` (default: the run's grader's judge); the chosen
     answer (the winning cluster's first sample) is graded with the run's grader.
     """
-    from confide.decisions._runs import as_run
+    from confide.decisions._runs import sampled_records
     from confide.grading import grade
-    from confide.judges import default_judge, make_judge
 
-    run = as_run(run)
-    grader = grader or run.grader
-    judge_name = judge or run.config.get("judge") or default_judge(grader)
-    equiv = make_judge(judge_name)
-    usable = [r for r in run.records if r.samples and grader in r.grades]
-    if not usable:
-        raise InvalidInputError("no graded record has samples; run with n_samples "
-                                "(confide run --samples K)", file=str(run.path), field="samples")
+    run, grader, judge_name, equiv, usable = sampled_records(run, grader, judge)
     max_k = min(len(r.samples) for r in usable)
     fixed: dict[int, list[float]] = {k: [] for k in range(1, max_k + 1)}
     adaptive: dict[float, list[tuple[float, int]]] = {c: [] for c in levels}

@@ -191,18 +191,10 @@ def compare_votes(run: Any, *, temperature: float = 0.1, k: int | None = None,
     temperatures to report in ``cisc_by_temperature``. The chosen answer is
     graded with the run's grader.
     """
-    from confide.decisions._runs import as_run
+    from confide.decisions._runs import sampled_records
     from confide.grading import grade
-    from confide.judges import default_judge, make_judge
 
-    run = as_run(run)
-    grader = grader or run.grader
-    judge_name = judge or run.config.get("judge") or default_judge(grader)
-    equiv = make_judge(judge_name)
-    usable = [r for r in run.records if r.samples and grader in r.grades]
-    if not usable:
-        raise InvalidInputError("no graded record has samples; run with n_samples "
-                                "(confide run --samples K)", file=str(run.path), field="samples")
+    run, grader, judge_name, equiv, usable = sampled_records(run, grader, judge)
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
         raise InvalidInputError(f"must be a positive integer, got {k!r}", field="k")
     temps = tuple(dict.fromkeys((temperature, *temperatures)))

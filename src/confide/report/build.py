@@ -34,6 +34,7 @@ from confide.report.data import (
 )
 from confide.report.svg import Series, colour, line_chart, reliability_chart
 from confide.store import RunStore
+from confide.render import fmt_interval
 
 __all__ = ["build_report", "render_report", "write_comparison", "write_report"]
 
@@ -63,20 +64,11 @@ def _fmt(x: Any, digits: int = 3) -> str:
     return str(x)
 
 
-def _fmt_interval(values: tuple[float, float, float], digits: int = 3) -> str:
-    point, low, high = values
-    if math.isnan(point):
-        return "–"
-    if math.isnan(low):
-        return f"{point:.{digits}f}"
-    return f"{point:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
-
-
 def _environment() -> Environment:
     env = Environment(loader=PackageLoader("confide.report", "templates"), autoescape=True,
                       trim_blocks=True, lstrip_blocks=True)
     env.filters["fmt"] = _fmt
-    env.filters["interval"] = _fmt_interval
+    env.filters["interval"] = fmt_interval
     return env
 
 
