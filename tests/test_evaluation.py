@@ -90,3 +90,14 @@ def test_evaluation_grader_agreement_with_two_graders():
     table = evaluate_records(_records(), grader="contains", n_resamples=50)
     assert set(table.grader_agreement) == {"contains vs f1"}
     assert table.grader_agreement["contains vs f1"] == pytest.approx(1.0)
+
+
+def test_evaluation_always_shows_the_length_baseline():
+    records = _records()
+    for r in records:
+        del r.scores["length"]
+    table = evaluate_records(records, grader="contains", scorers=["good"], n_resamples=50)
+    assert [row.scorer for row in table.rows] == ["good", "length"]
+    lengths = np.array([r.greedy.n_tokens for r in records])
+    y = np.array([r.grades["contains"] for r in records])
+    assert table.row("length").metrics["auroc"][0] == pytest.approx(roc_auc_score(y, -lengths))

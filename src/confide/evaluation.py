@@ -133,9 +133,13 @@ def evaluate_records(records: list[Record], *, grader: str, scorers: list[str] |
     lengths = np.array([r.greedy.n_tokens for r in graded], dtype=float)
     accuracy = _interval("accuracy", np.zeros_like(correct), correct, n_resamples, level, seed,
                          {})
-    names = scorers or _scorer_names(records)
+    names = list(scorers or _scorer_names(records))
     confidences = {n: np.array([r.scores.get(n, math.nan) for r in graded], dtype=float)
                    for n in names}
+    if LENGTH_BASELINE not in names and len(graded):
+        # the length baseline sits in every table, so length-driven leads are visible
+        names.append(LENGTH_BASELINE)
+        confidences[LENGTH_BASELINE] = np.where(lengths > 0, -lengths, math.nan)
     rows = []
     for name in names:
         conf = confidences[name]
