@@ -72,7 +72,6 @@ References
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,7 +80,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from confide.decisions.calibration import read_json
+from confide.decisions.calibration import read_json, write_json
 from confide.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -215,10 +214,7 @@ class AbstentionPolicy:
 
     def save(self, path: str | Path) -> Path:
         """Write the policy as JSON (``threshold: null`` when it abstains on all)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-        return path
+        return write_json(path, self.to_dict())
 
 
 def load_policy(path: str | Path) -> AbstentionPolicy:

@@ -132,10 +132,7 @@ class Calibrator:
 
     def save(self, path: str | Path) -> Path:
         """Write the calibrator as JSON to ``path`` (parent folders are created)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-        return path
+        return write_json(path, self.to_dict())
 
 
 def load_calibrator(path: str | Path) -> Calibrator:
@@ -145,6 +142,14 @@ def load_calibrator(path: str | Path) -> Calibrator:
     line of a JSON syntax error, or the bad field).
     """
     return Calibrator.from_dict(read_json(path), file=str(path))
+
+
+def write_json(path: str | Path, data: Any) -> Path:
+    """Write ``data`` as indented JSON, creating parent folders; return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return path
 
 
 def read_json(path: str | Path) -> Any:
