@@ -357,8 +357,7 @@ FULL = {
 @pytest.mark.parametrize("name", sorted(FULL))
 def test_builtin_task_reads_full_shared_file(name):
     rel, size = FULL[name]
-    if not (SHARED / rel).exists():
-        pytest.skip("shared data not present")
+    assert (SHARED / rel).exists(), f"shared data missing: {SHARED / rel}"
     task = load_task(name, data_path=str(SHARED / rel))
     assert len(task.items) == size and not task.skipped
 
@@ -370,8 +369,7 @@ def test_every_builtin_task_is_tested_on_full_data():
 def test_bfcl_full_ground_truth_self_match_json_and_python():
     from confide.grading import ast_match
 
-    if not (SHARED / "bfcl").exists():
-        pytest.skip("shared data not present")
+    assert (SHARED / "bfcl").exists(), f"shared data missing: {SHARED / 'bfcl'}"
     for it in load_task("bfcl", data_path=str(SHARED / "bfcl")).items:
         calls = [(name, first_allowed(args))
                  for call in it.metadata["ground_truth"] for name, args in call.items()]

@@ -80,7 +80,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from confide.decisions.calibration import read_json, write_json
+from confide.decisions.calibration import check_header, read_json, write_json
 from confide.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -167,14 +167,7 @@ class AbstentionPolicy:
 
     @classmethod
     def from_dict(cls, d: Any, *, file: str | None = None) -> AbstentionPolicy:
-        if not isinstance(d, dict):
-            raise InvalidInputError("must be a JSON object", file=file)
-        if d.get("kind") != _KIND:
-            raise InvalidInputError(f"expected {_KIND!r}, got {d.get('kind')!r}", file=file,
-                                    field="kind")
-        if d.get("version") != _VERSION:
-            raise InvalidInputError(f"unsupported version {d.get('version')!r}", file=file,
-                                    field="version")
+        check_header(d, _KIND, _VERSION, file)
         if d.get("method") != METHOD:
             raise InvalidInputError(f"unknown method {d.get('method')!r}", file=file,
                                     field="method")

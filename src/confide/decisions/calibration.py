@@ -106,15 +106,7 @@ class Calibrator:
     @classmethod
     def from_dict(cls, d: Any, *, file: str | None = None) -> Calibrator:
         """Validate a JSON object (as written by :meth:`to_dict`) and build the calibrator."""
-        if not isinstance(d, dict):
-            raise InvalidInputError("must be a JSON object", file=file)
-        if d.get("kind") != _KIND:
-            raise InvalidInputError(f"expected {_KIND!r}, got {d.get('kind')!r}", file=file,
-                                    field="kind")
-        if d.get("version") != _VERSION:
-            raise InvalidInputError(f"unsupported version {d.get('version')!r} "
-                                    f"(this confide reads {_VERSION})", file=file,
-                                    field="version")
+        check_header(d, _KIND, _VERSION, file)
         scorer = d.get("scorer")
         if not isinstance(scorer, str) or not scorer:
             raise InvalidInputError("must name the scorer", file=file, field="scorer")
@@ -142,6 +134,18 @@ def load_calibrator(path: str | Path) -> Calibrator:
     line of a JSON syntax error, or the bad field).
     """
     return Calibrator.from_dict(read_json(path), file=str(path))
+
+
+def check_header(d: Any, kind: str, version: int, file: str | None) -> None:
+    """A saved decision file must be a JSON object of this ``kind`` and ``version``."""
+    if not isinstance(d, dict):
+        raise InvalidInputError("must be a JSON object", file=file)
+    if d.get("kind") != kind:
+        raise InvalidInputError(f"expected {kind!r}, got {d.get('kind')!r}", file=file,
+                                field="kind")
+    if d.get("version") != version:
+        raise InvalidInputError(f"unsupported version {d.get('version')!r} "
+                                f"(this confide reads {version})", file=file, field="version")
 
 
 def write_json(path: str | Path, data: Any) -> Path:
