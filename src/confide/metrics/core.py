@@ -151,7 +151,8 @@ def check_confidence_correct(confidence: ArrayLike, correct: ArrayLike,
 
 
 def check_fraction(value: float, field: str, *, allow_zero: bool, allow_one: bool) -> float:
-    """``value`` as a float in [0, 1] (ends open or closed as asked), else an error naming ``field``."""
+    """``value`` as a float in [0, 1] (ends open or closed as asked), else an error
+    naming ``field``."""
     try:
         value = float(value)
     except (TypeError, ValueError) as exc:

@@ -25,7 +25,6 @@ from numpy.typing import ArrayLike
 from confide.errors import ConfideError, InvalidInputError
 from confide.evaluation import (
     DEFAULT_METRICS,
-    LENGTH_BASELINE,
     EvalTable,
     RunComparison,
     ScorerRow,
