@@ -101,3 +101,71 @@ def test_evaluation_always_shows_the_length_baseline():
     lengths = np.array([r.greedy.n_tokens for r in records])
     y = np.array([r.grades["contains"] for r in records])
     assert table.row("length").metrics["auroc"][0] == pytest.approx(roc_auc_score(y, -lengths))
+
+
+def test_evaluation_shows_raw_calibration_of_probabilities_only():
+    from confide.metrics import brier_loss, calibration_error, crossfit_probabilities
+
+    records = _records()
+    table = evaluate_records(records, grader="contains", n_resamples=50)
+    y = np.array([r.grades["contains"] for r in records])
+    partial = np.array([r.scores["partial"] for r in records])
+    keep = ~np.isnan(partial)
+    raw = table.row("partial").raw_calibration  # uniform values in [0, 1]: a probability
+    assert raw is not None
+    assert raw.ece[0] == pytest.approx(calibration_error(partial[keep], y[keep]))
+    assert raw.brier[0] == pytest.approx(brier_loss(partial[keep], y[keep]))
+    assert raw.reliability.counts.sum() == keep.sum()
+    # raw scores outside [0, 1] get only the cross-fitted calibration
+    good = table.row("good")
+    assert good.raw_calibration is None
+    prob = crossfit_probabilities(np.array([r.scores["good"] for r in records]), y)
+    assert good.calibrated.ece[0] == pytest.approx(calibration_error(prob, y))
+    assert table.to_dict()["scorers"][0]["calibrated"]["reliability"]["counts"]
+
+
+def test_evaluation_explains_missing_calibration():
+    records = _records(20)
+    for i, r in enumerate(records):
+        r.grades["contains"] = float(i == 0)  # one right answer: nothing to cross-fit
+    table = evaluate_records(records, grader="contains", metrics=("auroc", "ece"),
+                             n_resamples=20)
+    row = table.row("good")
+    assert "2 correct and 2 wrong" in row.calibrated.note
+    assert row.calibrated.reliability is None and math.isnan(row.metrics["ece"][0])
+
+
+def test_evaluation_length_baseline_is_the_length_scorer():
+    # one definition: an empty answer has no length (NaN with the scorer's reason)
+    records = _records(30)
+    for r in records:
+        del r.scores["length"]
+    records[0].greedy = make_record([], text="").greedy
+    table = evaluate_records(records, grader="contains", n_resamples=20)
+    row = table.row("length")
+    assert row.n == 29 and row.n_nan == 1
+    assert list(row.nan_reasons) == ["empty answer: no tokens to count"]
+    assert table.notes and "length baseline" in table.notes[0]
+
+
+def test_evaluation_records_the_options_it_used():
+    table = evaluate_records(_records(), grader="contains", metrics=("auroc", "prr"),
+                             metric_options={"prr": {"max_rejection": 0.3}}, n_resamples=20)
+    assert table.options["metric_options"] == {"auroc": {"threshold": 0.5},
+                                               "prr": {"max_rejection": 0.3}}
+
+
+def test_compare_records_pairs_runs_on_shared_items():
+    from confide.evaluation import compare_records
+    from confide.metrics import auroc_score
+
+    a, b = _records(40, seed=1), _records(30, seed=2)
+    cmp = compare_records(a, b, grader_a="contains", grader_b="contains", scorers=["good"],
+                          n_resamples=50)
+    assert cmp.n_shared == 30
+    row = next(r for r in cmp.rows if r["scorer"] == "good" and r["metric"] == "auroc")
+    ya = np.array([r.grades["contains"] for r in a[:30]])
+    yb = np.array([r.grades["contains"] for r in b])
+    ga = np.array([r.scores["good"] for r in a[:30]])
+    gb = np.array([r.scores["good"] for r in b])
+    assert row["diff"] == pytest.approx(auroc_score(ga, ya) - auroc_score(gb, yb))

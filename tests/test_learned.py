@@ -14,7 +14,6 @@ from confide.learned import (
     Learned,
     _fit_boosting,
     _predict_boosting,
-    crossfit,
     fit,
     token_features,
 )
@@ -85,23 +84,37 @@ def test_crossfit_with_shuffled_labels_gives_chance_auroc(rng):
     assert _auroc(in_sample, y) > 0.9  # the final model memorises; only OOF is honest
 
 
-def test_crossfit_scores_each_row_without_its_fold():
-    y = np.array([0, 1] * 10)
-    seen = []
-
-    def fit_predict(train, test):
-        assert not (train & test).any()
-        seen.append(test)
-        return np.full(test.sum(), float(y[train].mean()))
-
-    out = crossfit(fit_predict, y, n_folds=5, seed=0)
-    assert np.logical_or.reduce(seen).all() and len(seen) == 5
-    assert np.allclose(out, 0.5)
-
-
-def test_crossfit_needs_both_classes():
+def test_fit_needs_two_correct_and_two_wrong(rng):
+    x = rng.normal(size=(10, 3))
     with pytest.raises(InvalidInputError, match="2 correct and 2 wrong"):
-        crossfit(lambda tr, te: np.zeros(te.sum()), np.array([1, 1, 1, 0]))
+        fit(_records(x, np.array([1] * 9 + [0])), kind="probe", grader="contains", model=MODEL,
+            layer="8:mean")
+
+
+def test_probe_is_sklearn_nested_cross_validation_over_the_one_fold_rule(rng):
+    # out-of-fold scores = cross_val_predict of a GridSearchCV over C on confide's folds
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import GridSearchCV, cross_val_predict
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from confide.learned import C_GRID, SELECTION_FOLDS
+    from confide.metrics.crossfit import CrossfitCV, crossfit_splits
+
+    x, y, _ = _separable(rng, n=60, d=4)
+    model = fit(_records(x, y), kind="probe", grader="contains", model=MODEL, layer="8:mean",
+                n_folds=4)
+    x16 = x.astype(np.float16).astype(np.float64)  # records store hidden states as float16
+    search = GridSearchCV(make_pipeline(StandardScaler(), LogisticRegression(max_iter=5000)),
+                          {"logisticregression__C": list(C_GRID)}, scoring="roc_auc",
+                          cv=CrossfitCV(SELECTION_FOLDS, 0))
+    ref = cross_val_predict(search, x16, y, cv=crossfit_splits(y, n_folds=4, seed=0),
+                            method="predict_proba")[:, 1]
+    oof = np.array([model.oof[f"t{i}"] for i in range(60)])
+    np.testing.assert_allclose(oof, ref, atol=1e-6)
+    final = search.fit(x16, y).best_estimator_
+    ours = np.array([s for s, _ in model.predict(_records(x, y))])
+    np.testing.assert_allclose(ours, final.predict_proba(x16)[:, 1], atol=1e-6)
 
 
 def test_learned_save_load_round_trip_is_exact(tmp_path, rng):

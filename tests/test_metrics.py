@@ -27,16 +27,22 @@ from confide.metrics import (
     brier_loss,
     calibration_error,
     coverage_at_risk_score,
+    crossfit_folds,
     crossfit_probabilities,
+    crossfit_splits,
     eaurc_loss,
+    fit_calibration,
     mass_calibration_error,
     nll_loss,
     paired_bootstrap,
     prr_score,
     rank_calibration_error,
+    reliability_diagram,
     risk_at_coverage,
+    risk_coverage_curve,
     spearman_score,
 )
+from confide.metrics.crossfit import CrossfitCV, apply_calibration
 
 # Property lists: every registered metric sits in exactly one of the first two.
 # Rank-based metrics depend on confidence only through its order (accuracy ignores
@@ -438,19 +444,41 @@ def test_rank_calibration_error_zero_when_bin_accuracy_increases():
 # --------------------------------------------------------------------- cross-fitting
 
 
-@pytest.mark.parametrize("method", ["isotonic", "platt"])
+@pytest.mark.parametrize("method", ["isotonic", "platt", "histogram"])
 def test_crossfit_probabilities_never_uses_own_label(method, rng):
+    # each fold's probabilities come from a calibrator fitted on the other folds only
     score = rng.normal(size=40)
     correct = (rng.random(40) < 1 / (1 + np.exp(-2 * score))).astype(float)
-    base = crossfit_probabilities(score, correct, method=method, n_folds=4, seed=3)
-    assert ((base >= 0) & (base <= 1)).all()
-    for i in range(score.size):
-        flipped = correct.copy()
-        flipped[i] = 1 - flipped[i]
-        changed = crossfit_probabilities(score, flipped, method=method, n_folds=4, seed=3)
-        assert changed[i] == base[i]
-        # the item's own fold is fitted without it, so at least its fold-mates stay put
-        assert np.sum(changed == base) >= score.size // 4
+    out = crossfit_probabilities(score, correct, method=method, n_folds=4, seed=3)
+    assert ((out >= 0) & (out <= 1)).all()
+    for train, test in crossfit_splits(correct, n_folds=4, seed=3):
+        params = fit_calibration(score[train], correct[train], method=method)
+        np.testing.assert_allclose(out[test], np.clip(apply_calibration(method, params,
+                                                                        score[test]), 0, 1))
+
+
+def test_crossfit_splits_is_the_one_fold_rule():
+    # K = min(n_folds, correct, wrong); stratified: each test fold holds both classes
+    correct = np.r_[np.ones(3), np.zeros(9)]
+    splits = crossfit_splits(correct, n_folds=5, seed=0)
+    assert len(splits) == 3
+    tests = np.sort(np.concatenate([test for _, test in splits]))
+    assert tests.tolist() == list(range(12))
+    for train, test in splits:
+        assert not set(train) & set(test)
+        assert correct[test].sum() == 1 and correct[train].min() == 0 < correct[train].max()
+    folds = crossfit_folds(correct, n_folds=5, seed=0)
+    assert [set(np.flatnonzero(folds == k)) for k in range(3)] == [set(t) for _, t in splits]
+    assert CrossfitCV(5, seed=0).get_n_splits(None, correct) == 3
+    # continuous quality is stratified as right at >= 0.5
+    assert len(crossfit_splits([0.9, 0.6, 0.2, 0.1, 0.7, 0.4], n_folds=5)) == 3
+
+
+def test_crossfit_splits_needs_two_of_each_class():
+    with pytest.raises(InvalidInputError, match="2 correct and 2 wrong"):
+        crossfit_splits([1, 1, 1, 0])
+    with pytest.raises(InvalidInputError, match="2 correct and 2 wrong"):
+        crossfit_probabilities([0.1, 0.2, 0.3, 0.4], [1, 1, 1, 0])
 
 
 def test_crossfit_probabilities_seeded(rng):
@@ -481,7 +509,7 @@ def test_crossfit_probabilities_omit_keeps_alignment(rng):
 
 
 @pytest.mark.parametrize(("options", "field"), [
-    ({"method": "beta"}, "method"), ({"n_folds": 1}, "n_folds"), ({"n_folds": 99}, "n_folds"),
+    ({"method": "beta"}, "method"), ({"n_folds": 1}, "n_folds"), ({"n_bins": 0}, "n_bins"),
 ])
 def test_crossfit_probabilities_rejects_bad_options(options, field):
     with pytest.raises(InvalidInputError, match=field):
@@ -547,7 +575,7 @@ def test_bootstrap_interval_rejects_bad_level(rng):
 def test_paired_bootstrap_identical_scorers(rng):
     conf, correct = _tied_data(rng, 50)
     result = paired_bootstrap("auroc", conf, conf, correct, n_resamples=200)
-    assert result == {"diff": 0.0, "low": 0.0, "high": 0.0, "p_value": 1.0}
+    assert result == {"diff": 0.0, "low": 0.0, "high": 0.0, "p_value": 1.0, "n": 50.0}
 
 
 def test_paired_bootstrap_detects_a_better_scorer(rng):
@@ -574,3 +602,54 @@ def test_paired_bootstrap_omit_drops_rows_of_either_scorer(rng):
                                        n_resamples=100)
     with pytest.raises(InvalidInputError, match="confidence"):
         paired_bootstrap("brier", a, b, correct)
+
+
+# ------------------------------------------------------------------------ curves and bins
+
+
+def test_risk_coverage_curve_mean_is_aurc(rng):
+    conf, correct = _tied_data(rng, 70)
+    coverage, risk = risk_coverage_curve(conf, correct)
+    assert coverage[-1] == 1.0 and risk.mean() == pytest.approx(aurc_loss(conf, correct))
+
+
+def test_reliability_diagram_bins_are_those_of_calibration_error(rng):
+    p, y = rng.random(500), (rng.random(500) < 0.5).astype(float)
+    d = reliability_diagram(p, y)
+    used = d.counts > 0
+    gap = np.sum(d.counts[used] * np.abs(d.accuracy[used] - d.mean_confidence[used])) / 500
+    assert gap == pytest.approx(calibration_error(p, y))
+    with pytest.raises(InvalidInputError, match="probabilities"):
+        reliability_diagram([0.5, 1.5], [1, 0])
+
+
+def test_paired_bootstrap_of_two_runs_hand_computed():
+    # run A right on items 0,1; run B right on item 0 only: accuracy difference 1/4
+    zeros = [0.0] * 4
+    d = paired_bootstrap("accuracy", zeros, zeros, [1, 1, 0, 0], correct_b=[1, 0, 0, 0],
+                         n_resamples=200)
+    assert d["diff"] == 0.25 and d["n"] == 4
+    assert d["low"] <= 0.25 <= d["high"]
+
+
+def test_paired_bootstrap_of_two_runs_point_is_metric_difference(rng):
+    ca, cb = rng.random(60), rng.random(60)
+    ya, yb = (rng.random(60) < ca).astype(float), (rng.random(60) < 0.5).astype(float)
+    d = paired_bootstrap("auroc", ca, cb, ya, correct_b=yb, n_resamples=100, seed=3)
+    assert d["diff"] == pytest.approx(auroc_score(ca, ya) - auroc_score(cb, yb))
+    assert 0 <= d["p_value"] <= 1 and d["low"] <= d["high"]
+    with pytest.raises(InvalidInputError, match="conf_b"):
+        paired_bootstrap("auroc", ca, cb, ya, correct_b=yb[:5])
+
+
+def test_every_public_name_is_importable_from_the_package():
+    import confide.metrics as metrics
+    from confide.metrics import bootstrap, calibration, core, crossfit, ranking, selective
+
+    for module in (core, ranking, selective, calibration, crossfit, bootstrap):
+        for name in module.__all__:
+            assert not name.startswith("_")
+            if module is not core and name not in ("Method", "DEFAULT_FOLDS", "CrossfitCV",
+                                                   "check_calibration_data", "uniform_bins"):
+                assert getattr(metrics, name) is getattr(module, name), name
+    assert sorted(metrics.__all__) == sorted(set(metrics.__all__))

@@ -37,7 +37,7 @@ def test_run_end_to_end_on_bundled_model(hf_model, tmp_path):
     assert table.n_items == table.n_graded == 6
     assert [row.scorer for row in table.rows] == list(DEFAULT_SCORERS)
     for row in table.rows:
-        assert set(row.metrics) == {"auroc", "prr"}
+        assert set(row.metrics) == {"auroc", "prr", "aurc"}
     assert 0.0 <= table.accuracy[0] <= 1.0
 
 

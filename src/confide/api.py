@@ -20,7 +20,7 @@ from typing import Any
 from confide.backends.base import Backend, GenerationSpec, item_seed
 from confide.backends.models import DEFAULT_MODEL
 from confide.errors import BackendError, InvalidInputError
-from confide.evaluation import EvalTable, evaluate_records
+from confide.evaluation import DEFAULT_METRICS, EvalTable, evaluate_records, scorer_order
 from confide.records import Item, Record
 from confide.runner import (
     DEFAULT_SCORERS,
@@ -111,13 +111,11 @@ class Run:
     def grader(self) -> str:
         return str(self.config.get("grader", "contains"))
 
-    def evaluate(self, *, grader: str | None = None, metrics: tuple[str, ...] = ("auroc", "prr"),
+    def evaluate(self, *, grader: str | None = None, metrics: tuple[str, ...] = DEFAULT_METRICS,
                  n_resamples: int = 1000, seed: int | None = None,
                  metric_options: dict[str, dict[str, Any]] | None = None) -> EvalTable:
         """Recompute the table from the stored records (no model needed)."""
-        stored = [s for s in self.config.get("scorers", []) if s not in self.skipped_scorers]
-        extra = [s for r in self.records for s in r.scores if s not in stored]
-        scorers = list(dict.fromkeys(stored + extra))
+        scorers = scorer_order(self.config, self.skipped_scorers, self.records)
         return evaluate_records(self.records, grader=grader or self.grader,
                                 scorers=scorers or None, metrics=metrics,
                                 n_resamples=n_resamples, metric_options=metric_options,

@@ -33,29 +33,32 @@ from numpy.typing import ArrayLike
 from scipy import stats
 
 from confide.errors import InvalidInputError
-from confide.metrics import (
+from confide.metrics.core import (
+    METRICS,
     FloatArray,
     NanPolicy,
     UndefinedMetricWarning,
-    _as_1d,
-    _auroc,
-    _check_confidence_correct,
-    _check_count,
-    _check_nan_policy,
-    _check_fraction,
-    _equal_mass_bins,
-    _spearman,
+    as_1d,
+    check_confidence_correct,
+    check_count,
+    check_fraction,
+    check_nan_policy,
+    equal_mass_bins,
 )
 
 __all__ = ["length_correlations", "lead_disappears", "ranking_agreement", "stratified_auroc"]
+
+# the registered maths on validated arrays (inputs are checked once, here)
+_auroc = METRICS["auroc"].helper
+_spearman = METRICS["spearman"].helper
 
 
 def _check_with_lengths(confidence: ArrayLike, correct: ArrayLike, lengths: ArrayLike,
                         nan_policy: str) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Validate three aligned arrays; a NaN in any of them follows ``nan_policy``."""
-    _check_nan_policy(nan_policy)
-    conf, corr = _as_1d(confidence, "confidence"), _as_1d(correct, "correct")
-    length = _as_1d(lengths, "lengths")
+    check_nan_policy(nan_policy)
+    conf, corr = as_1d(confidence, "confidence"), as_1d(correct, "correct")
+    length = as_1d(lengths, "lengths")
     if not conf.shape == corr.shape == length.shape:
         raise InvalidInputError(f"confidence, correct and lengths have {conf.size}, {corr.size} "
                                 f"and {length.size} values", field="lengths")
@@ -65,7 +68,7 @@ def _check_with_lengths(confidence: ArrayLike, correct: ArrayLike, lengths: Arra
     if nan_policy == "omit":
         keep = ~(np.isnan(conf) | np.isnan(corr) | np.isnan(length))
         conf, corr, length = conf[keep], corr[keep], length[keep]
-    conf, corr = _check_confidence_correct(conf, corr, nan_policy)
+    conf, corr = check_confidence_correct(conf, corr, nan_policy)
     if not np.isfinite(length).all():
         raise InvalidInputError("must be finite", field="lengths")
     return conf, corr, length
@@ -117,7 +120,7 @@ def length_correlations(confidence: ArrayLike, correct: ArrayLike, lengths: Arra
 
 def _stratified_auroc(conf: FloatArray, corr: FloatArray, length: FloatArray, n_strata: int,
                       threshold: float) -> float:
-    strata = _equal_mass_bins(length, n_strata)
+    strata = equal_mass_bins(length, n_strata)
     total, weight = 0.0, 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UndefinedMetricWarning)
@@ -188,8 +191,8 @@ def stratified_auroc(confidence: ArrayLike, correct: ArrayLike, lengths: ArrayLi
     0.6666666666666666
     """
     conf, corr, length = _check_with_lengths(confidence, correct, lengths, nan_policy)
-    n_strata = _check_count(n_strata, "n_strata")
-    threshold = _check_fraction(threshold, "threshold", allow_zero=False, allow_one=True)
+    n_strata = check_count(n_strata, "n_strata")
+    threshold = check_fraction(threshold, "threshold", allow_zero=False, allow_one=True)
     return _stratified_auroc(conf, corr, length, n_strata, threshold)
 
 
@@ -242,18 +245,18 @@ def lead_disappears(conf: ArrayLike, length_conf: ArrayLike, correct: ArrayLike,
     ...                 [1, 0, 1, 0, 1, 0], lengths, n_strata=3)
     False
     """
-    a, b = _as_1d(conf, "conf"), _as_1d(length_conf, "length_conf")
+    a, b = as_1d(conf, "conf"), as_1d(length_conf, "length_conf")
     if a.shape != b.shape:
         raise InvalidInputError(f"conf has {a.size} values but length_conf has {b.size}",
                                 field="length_conf")
     if nan_policy == "omit":  # drop a row for both scorers if either lacks a value
         keep = ~(np.isnan(a) | np.isnan(b))
         a, b = a[keep], b[keep]
-        correct, lengths = _as_1d(correct, "correct")[keep], _as_1d(lengths, "lengths")[keep]
+        correct, lengths = as_1d(correct, "correct")[keep], as_1d(lengths, "lengths")[keep]
     a, y_a, length_a = _check_with_lengths(a, correct, lengths, nan_policy)
     b, y_b, length_b = _check_with_lengths(b, correct, lengths, nan_policy)
-    n_strata = _check_count(n_strata, "n_strata")
-    threshold = _check_fraction(threshold, "threshold", allow_zero=False, allow_one=True)
+    n_strata = check_count(n_strata, "n_strata")
+    threshold = check_fraction(threshold, "threshold", allow_zero=False, allow_one=True)
     plain_lead = _auroc(a, y_a, threshold=threshold) > _auroc(b, y_b, threshold=threshold)
     strat_a = _stratified_auroc(a, y_a, length_a, n_strata, threshold)
     strat_b = _stratified_auroc(b, y_b, length_b, n_strata, threshold)

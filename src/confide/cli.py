@@ -233,7 +233,7 @@ def eval_(
     run_dir: Annotated[Path, typer.Argument(help="run directory")],
     grader: Annotated[Optional[str], typer.Option(help="grader stored in the run")] = None,
     metrics: Annotated[str, typer.Option(help="comma-separated metric names (see "
-                                              "confide metrics)")] = "auroc,prr",
+                                              "confide metrics)")] = "auroc,prr,aurc",
     prr_cutoff: Annotated[float, typer.Option(help="PRR: largest rejection fraction")] = 0.5,
     coverage: Annotated[float, typer.Option(help="risk_at_coverage: coverage")] = 0.8,
     risk: Annotated[float, typer.Option(help="coverage_at_risk: tolerated risk")] = 0.1,

@@ -19,9 +19,11 @@ graded records of one run:
     (boosting).
 
 **Cross-fitting.** Fitting also computes out-of-fold scores for every
-training record: records are split into ``K`` stratified folds, and record
-:math:`i` is scored by a model (layer and regularisation chosen anew) fitted on
-the other folds only, :math:`\hat c_i = f_{-k(i)}(x_i)`. Applied back to its
+training record: records are split into ``K`` stratified folds by confide's one
+fold rule (:func:`confide.metrics.crossfit.crossfit_splits`), and record
+:math:`i` is scored by a model (layer and regularisation chosen anew by
+scikit-learn's ``GridSearchCV`` on inner folds) fitted on the other folds only,
+:math:`\hat c_i = f_{-k(i)}(x_i)` (``cross_val_predict``). Applied back to its
 own run, a fitted model returns these out-of-fold scores, so no item is scored
 by a model that saw its label; applied to another run, items it was trained on
 get NaN with the reason.
@@ -48,10 +50,11 @@ from typing import Any, Literal
 import numpy as np
 
 from confide.errors import ConfigMismatch, InvalidInputError
+from confide.metrics.crossfit import CrossfitCV, crossfit_splits
 from confide.records import Record
 
-__all__ = ["C_GRID", "FORMAT", "KINDS", "TOKEN_FEATURES", "Learned", "apply_to_run", "crossfit",
-           "fit", "fit_run", "run_digest", "token_features"]
+__all__ = ["C_GRID", "FORMAT", "KINDS", "TOKEN_FEATURES", "Learned", "apply_to_run", "fit",
+           "fit_run", "run_digest", "token_features"]
 
 FORMAT = "confide-learned/1"
 KINDS = ("probe", "lens", "combiner")
@@ -110,35 +113,77 @@ def hidden_keys(records: Sequence[Record]) -> list[str]:
 
 
 # ------------------------------------------------------------------ estimators
-# Fitted estimators are plain dicts of lists (JSON-safe), built and applied here.
+# Models are scikit-learn pipelines, chosen by GridSearchCV and cross-fitted by
+# cross_val_predict; a fitted model is exported as a plain dict of lists (JSON-safe)
+# and applied from that dict.
 
 
-def _standardise(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    mean = np.nanmean(x, axis=0) if x.size else np.zeros(x.shape[1])
-    scale = np.nanstd(x, axis=0) if x.size else np.ones(x.shape[1])
-    mean = np.where(np.isfinite(mean), mean, 0.0)
-    scale = np.where(np.isfinite(scale) & (scale > 1e-12), scale, 1.0)
-    return mean, scale
+def _view_selector() -> Any:
+    from sklearn.base import BaseEstimator, TransformerMixin
+
+    class View(TransformerMixin, BaseEstimator):  # type: ignore[misc]
+        """The columns of one view (a hidden-state key, or "scores") of the joined matrix."""
+
+        def __init__(self, view: str = "", columns: dict[str, tuple[int, int]] | None = None
+                     ) -> None:
+            self.view, self.columns = view, columns
+
+        def fit(self, x: np.ndarray, y: Any = None) -> Any:
+            return self
+
+        def transform(self, x: np.ndarray) -> np.ndarray:
+            start, stop = (self.columns or {})[self.view]
+            return x[:, start:stop]
+
+    return View
+
+
+def _pipeline(columns: dict[str, tuple[int, int]], *, indicators: bool) -> Any:
+    """view → (median fill + one missing-indicator column per input) → standardise → logistic.
+
+    The boosting candidate replaces the fill and scaling by ``"passthrough"``: its trees
+    route NaN along a learned missing branch."""
+    from sklearn.impute import MissingIndicator, SimpleImputer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import FeatureUnion, Pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    impute: Any = "passthrough"
+    if indicators:
+        impute = FeatureUnion([
+            ("fill", SimpleImputer(strategy="median", keep_empty_features=True)),
+            ("missing", MissingIndicator(features="all"))])
+    return Pipeline([("view", _view_selector()(columns=columns)), ("impute", impute),
+                     ("scale", StandardScaler()), ("clf", LogisticRegression(max_iter=5000))])
+
+
+def _boosting(seed: int) -> Any:
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    return HistGradientBoostingClassifier(max_iter=100, learning_rate=0.05, max_leaf_nodes=8,
+                                          min_samples_leaf=10, l2_regularization=1.0,
+                                          early_stopping=False, random_state=seed)
+
+
+def _export(pipe: Any) -> dict[str, Any]:
+    """The fitted pipeline as plain lists: what :func:`_predict` applies."""
+    clf = pipe.named_steps["clf"]
+    if not hasattr(clf, "coef_"):
+        return _export_boosting(clf)
+    impute, scale = pipe.named_steps["impute"], pipe.named_steps["scale"]
+    indicators = impute != "passthrough"
+    width = int(scale.mean_.size // 2 if indicators else scale.mean_.size)
+    fill = (impute.named_transformers["fill"].statistics_ if indicators else np.zeros(width))
+    return {"type": "logistic", "C": float(clf.C), "indicators": indicators,
+            "fill": [float(v) for v in fill], "mean": scale.mean_.tolist(),
+            "scale": scale.scale_.tolist(), "coef": clf.coef_[0].tolist(),
+            "intercept": float(clf.intercept_[0])}
 
 
 def _with_indicators(x: np.ndarray, fill: np.ndarray) -> np.ndarray:
     """NaN → the training median, plus one 0/1 missing-indicator column per input."""
     missing = np.isnan(x)
     return np.hstack([np.where(missing, fill, x), missing.astype(np.float64)])
-
-
-def _fit_logistic(x: np.ndarray, y: np.ndarray, c: float, *, indicators: bool) -> dict[str, Any]:
-    from sklearn.linear_model import LogisticRegression
-
-    fill = np.nanmedian(x, axis=0) if indicators else np.zeros(x.shape[1])
-    fill = np.where(np.isfinite(fill), fill, 0.0)
-    z = _with_indicators(x, fill) if indicators else x
-    mean, scale = _standardise(z)
-    model = LogisticRegression(C=c, max_iter=5000)
-    model.fit((z - mean) / scale, y)
-    return {"type": "logistic", "C": c, "indicators": indicators, "fill": fill.tolist(),
-            "mean": mean.tolist(), "scale": scale.tolist(),
-            "coef": model.coef_[0].tolist(), "intercept": float(model.intercept_[0])}
 
 
 def _predict_logistic(p: dict[str, Any], x: np.ndarray) -> np.ndarray:
@@ -152,13 +197,7 @@ _TREE_FIELDS = ("value", "feature_idx", "num_threshold", "missing_go_to_left", "
                 "is_leaf")
 
 
-def _fit_boosting(x: np.ndarray, y: np.ndarray, seed: int) -> dict[str, Any]:
-    from sklearn.ensemble import HistGradientBoostingClassifier
-
-    model = HistGradientBoostingClassifier(max_iter=100, learning_rate=0.05, max_leaf_nodes=8,
-                                           min_samples_leaf=10, l2_regularization=1.0,
-                                           early_stopping=False, random_state=seed)
-    model.fit(x, y)
+def _export_boosting(model: Any) -> dict[str, Any]:
     trees = []
     for per_class in model._predictors:  # binary: one tree per iteration
         nodes = per_class[0].nodes
@@ -167,6 +206,10 @@ def _fit_boosting(x: np.ndarray, y: np.ndarray, seed: int) -> dict[str, Any]:
         trees.append({f: nodes[f].tolist() for f in _TREE_FIELDS})
     return {"type": "boosting", "baseline": float(np.ravel(model._baseline_prediction)[0]),
             "trees": trees}
+
+
+def _fit_boosting(x: np.ndarray, y: np.ndarray, seed: int) -> dict[str, Any]:
+    return _export_boosting(_boosting(seed).fit(x, y))
 
 
 def _predict_boosting(p: dict[str, Any], x: np.ndarray) -> np.ndarray:
@@ -200,87 +243,36 @@ def _auroc(score: np.ndarray, y: np.ndarray) -> float:
     return float(roc_auc_score(y, score))
 
 
-def _folds(y: np.ndarray, n_folds: int, seed: int) -> np.ndarray:
-    """Stratified fold index per row (as many folds as the smaller class allows, at most K)."""
-    from sklearn.model_selection import StratifiedKFold
+def _grid(keys: list[str], *, logistic: bool, boosting: bool, seed: int) -> list[dict[str, Any]]:
+    """Candidates: each view with each C of :data:`C_GRID`, and the boosted trees."""
+    from sklearn.linear_model import LogisticRegression
 
-    k = min(n_folds, int(min(y.sum(), (1 - y).sum())))
-    if k < 2:
-        raise InvalidInputError(
-            f"cross-fitting needs at least 2 correct and 2 wrong answers; got "
-            f"{int(y.sum())} correct of {y.size}", field="grades")
-    fold = np.empty(y.size, dtype=int)
-    for i, (_, test) in enumerate(StratifiedKFold(k, shuffle=True, random_state=seed)
-                                  .split(np.zeros(y.size), y)):
-        fold[test] = i
-    return fold
+    grid: list[dict[str, Any]] = []
+    if logistic:
+        grid.append({"view__view": keys, "clf": [LogisticRegression(max_iter=5000)],
+                     "clf__C": list(C_GRID)})
+    if boosting:
+        grid.append({"view__view": ["scores"], "impute": ["passthrough"],
+                     "scale": ["passthrough"], "clf": [_boosting(seed)]})
+    return grid
 
 
-@dataclass
-class _Candidate:
-    view: str           # hidden key (probe/lens) or "scores" (combiner)
-    estimator: str      # "logistic" or "boosting"
-    c: float = math.nan
+def _label(params: dict[str, Any]) -> str:
+    c = params.get("clf__C")
+    estimator = "boosting" if "impute" in params else "logistic"
+    return f"{params['view__view']} {estimator}" + ("" if c is None else f" C={c:g}")
 
 
-def _fit_candidate(cand: _Candidate, views: dict[str, np.ndarray], y: np.ndarray,
-                   seed: int, indicators: bool) -> dict[str, Any]:
-    x = views[cand.view]
-    if cand.estimator == "boosting":
-        return _fit_boosting(x, y, seed)
-    return _fit_logistic(x, y, cand.c, indicators=indicators)
+def _search(pipe: Any, grid: list[dict[str, Any]], *, n_folds: int, seed: int) -> Any:
+    """The candidate with the best inner cross-validated AUROC (the first one on ties),
+    refitted on all the rows it is given; with one candidate, just that one."""
+    from sklearn.model_selection import GridSearchCV
 
-
-def _select(cands: list[_Candidate], views: dict[str, np.ndarray], y: np.ndarray, *,
-            n_folds: int, seed: int, indicators: bool) -> tuple[_Candidate, dict[str, float]]:
-    """The candidate with the best inner cross-validated AUROC (first one on ties)."""
-    if len(cands) == 1:
-        return cands[0], {}
-    fold = _folds(y, min(n_folds, SELECTION_FOLDS), seed)
-    table: dict[str, float] = {}
-    best, best_auc = cands[0], -math.inf
-    for cand in cands:
-        pred = np.empty(y.size)
-        for k in np.unique(fold):
-            train, test = fold != k, fold == k
-            sub = {cand.view: views[cand.view][train]}
-            p = _fit_candidate(cand, sub, y[train], seed, indicators)
-            pred[test] = _predict(p, views[cand.view][test])
-        auc = _auroc(pred, y)
-        table[_label(cand)] = auc
-        if auc > best_auc:
-            best, best_auc = cand, auc
-    return best, table
-
-
-def _label(c: _Candidate) -> str:
-    return f"{c.view} {c.estimator}" + ("" if math.isnan(c.c) else f" C={c.c:g}")
-
-
-def crossfit(fit_predict: Any, y: np.ndarray, *, n_folds: int = 5, seed: int = 0) -> np.ndarray:
-    r"""Out-of-fold predictions: row :math:`i` is predicted by a model fitted without its fold.
-
-    .. math:: \hat c_i = f_{-k(i)}(x_i), \qquad f_{-k} = \mathrm{fit}(\{(x_j, y_j) : k(j) \ne k\})
-
-    ``fit_predict(train_mask, test_mask)`` fits on the rows of ``train_mask``
-    and returns predictions for the rows of ``test_mask``. Folds are
-    stratified by ``y`` and seeded.
-
-    References: [1] V. Chernozhukov et al., 2018, "Double/debiased machine
-    learning for treatment and structural parameters", Econometrics Journal
-    (cross-fitting).
-
-    >>> y = np.array([0, 1] * 5)
-    >>> crossfit(lambda tr, te: np.full(te.sum(), y[tr].mean()), y, n_folds=5).round(2).tolist()[:2]
-    [0.5, 0.5]
-    """
-    y = np.asarray(y)
-    fold = _folds(y, n_folds, seed)
-    out = np.empty(y.size)
-    for k in np.unique(fold):
-        test = fold == k
-        out[test] = fit_predict(~test, test)
-    return out
+    n_candidates = sum(math.prod(len(v) for v in g.values()) for g in grid)
+    if n_candidates == 1:
+        return pipe.set_params(**{k: v[0] for k, v in grid[0].items()})
+    return GridSearchCV(pipe, grid, scoring="roc_auc", error_score="raise", refit=True,
+                        cv=CrossfitCV(min(n_folds, SELECTION_FOLDS), seed))
 
 
 # ------------------------------------------------------------------ the fitted object
@@ -508,31 +500,42 @@ def fit(records: Sequence[Record], *, kind: Kind, grader: str, model: dict[str, 
             if any(why):
                 raise InvalidInputError(next(w for w in why if w), field="records")
         features = list(TOKEN_FEATURES) if kind == "lens" else []
-    indicators = kind == "combiner"
-    cands = [_Candidate(k, "logistic", c) for k in keys for c in C_GRID]
-    if kind == "combiner" and estimator in ("boosting", "auto"):
-        boost = [_Candidate("scores", "boosting")]
-        cands = boost if estimator == "boosting" else cands + boost
+    # one matrix holding every view side by side; the pipeline's first step picks one
+    columns, start = {}, 0
+    for key in keys:
+        columns[key] = (start, start + views[key].shape[1])
+        start += views[key].shape[1]
+    x_all = np.hstack([views[k] for k in keys])
+    pipe = _pipeline(columns, indicators=kind == "combiner")
+    boosting = kind == "combiner" and estimator in ("boosting", "auto")
+    grid = _grid(keys, logistic=estimator != "boosting", boosting=boosting, seed=seed)
+    search = _search(pipe, grid, n_folds=n_folds, seed=seed)
 
-    def fit_predict(train: np.ndarray, test: np.ndarray) -> np.ndarray:
-        sub = {k: v[train] for k, v in views.items()}
-        best, _ = _select(cands, sub, y[train], n_folds=n_folds, seed=seed, indicators=indicators)
-        p = _fit_candidate(best, sub, y[train], seed, indicators)
-        return _predict(p, views[best.view][test])
-
+    from sklearn.base import clone
+    from sklearn.model_selection import cross_val_predict
     from threadpoolctl import threadpool_limits
 
     # Hundreds of small fits: one BLAS thread each is ~10x faster than oversubscribed threads.
     with threadpool_limits(limits=1):
-        oof = crossfit(fit_predict, y, n_folds=n_folds, seed=seed)
-        best, table = _select(cands, views, y, n_folds=n_folds, seed=seed,
-                              indicators=indicators)
-        params = _fit_candidate(best, views, y, seed, indicators)
-    report: dict[str, Any] = {"oof_auroc": _auroc(oof, y), "chosen": _label(best),
+        # each record scored by a model (selection included) fitted without its fold
+        oof = cross_val_predict(clone(search), x_all, y, method="predict_proba",
+                                cv=crossfit_splits(y, n_folds=n_folds, seed=seed))[:, 1]
+        search.fit(x_all, y)
+    if hasattr(search, "best_estimator_"):
+        final, chosen = search.best_estimator_, search.best_params_
+        table = {_label(p): float(v) for p, v in zip(search.cv_results_["params"],
+                                                      search.cv_results_["mean_test_score"],
+                                                      strict=True)}
+    else:
+        final, table = search, {}
+        chosen = {k: v[0] for k, v in grid[0].items()}
+    params = _export(final)
+    best_view = chosen["view__view"]
+    report: dict[str, Any] = {"oof_auroc": _auroc(oof, y), "chosen": _label(chosen),
                               "selection_auroc": table, "n": int(y.size),
                               "n_correct": int(y.sum())}
-    report.update(_explain(kind, params, features, views[best.view], y, seed))
-    chosen_layer = None if kind == "combiner" else best.view
+    report.update(_explain(kind, params, features, views[best_view], y, seed))
+    chosen_layer = None if kind == "combiner" else best_view
     return Learned(kind=kind, name=name or kind, model=dict(model), layer=chosen_layer,
                    features=features, params=params,
                    training={"run_digest": run, "grader": grader, "n": int(y.size),

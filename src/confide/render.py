@@ -59,6 +59,15 @@ def render_eval_table(console: Console, table: EvalTable, *, title: str = "",
     if any(r.audit.get("lead_vanishes") for r in table.rows):
         console.print("⚠ = beats the length baseline overall but not within length strata "
                       "(Santilli et al. 2025): its lead may come from answer length")
+    if any(r.raw_calibration is not None for r in table.rows):
+        console.print("calibration of scores that are probabilities (ECE, raw → after "
+                      "cross-fitted isotonic):")
+    for row in table.rows:
+        raw = row.raw_calibration
+        if raw is None:
+            continue
+        console.print(f"  {row.scorer}: {_num(raw.ece[0])} → {_num(row.calibrated.ece[0])}; "
+                      f"Brier {_num(raw.brier[0])} → {_num(row.calibrated.brier[0])}")
     for pair, tau in table.grader_agreement.items():
         console.print(f"scorer ranking agreement, Kendall τ ({pair}): {_num(tau, 2)}")
     for row in table.rows:

@@ -70,7 +70,9 @@ def test_report_in_browser(browser, tmp_path):
     assert page.eval("document.querySelectorAll('table.summary tbody tr').length") == 3
     assert page.eval("document.querySelectorAll('figure.roc polyline.series').length") == 3
     assert page.eval("document.querySelectorAll('figure.risk-coverage polyline.series').length") == 3
-    assert page.eval("document.querySelectorAll('figure.reliability svg').length") == 3
+    assert page.eval("document.querySelectorAll('figure.reliability:not(.raw) svg').length") == 3
+    # msp is a probability: its raw calibration is drawn too, before any recalibration
+    assert page.eval("document.querySelectorAll('figure.reliability.raw svg').length") == 1
     assert page.eval("document.querySelectorAll('table.length-bias tbody tr').length") == 3
     assert page.eval("document.querySelectorAll('table.grader-pairs tbody tr').length") == 1
     assert len(_rows(page)) == 50 and _count(page) == 80

@@ -17,16 +17,10 @@ import pytest
 from typer.testing import CliRunner
 
 from confide.errors import InvalidInputError, StoreError
-from confide.metrics import aurc_loss, auroc_score, calibration_error
+from confide.metrics import aurc_loss, auroc_score
 from confide.records import Generation
 from confide.report import build_report, write_comparison, write_report
-from confide.report.data import (
-    paired_run_difference,
-    reliability_bins,
-    risk_coverage_points,
-    roc_points,
-    sample_groups,
-)
+from confide.report.data import risk_coverage_points, roc_points, sample_groups
 from tests.report.runs import (
     HOSTILE_ANSWER,
     HOSTILE_QUESTION,
@@ -124,69 +118,12 @@ def test_risk_coverage_points_thins_long_curves(rng):
     assert len(pts) == 400 and pts[-1][0] == 1.0
 
 
-def test_reliability_bins_hand_computed():
-    bins = reliability_bins([0.1, 0.15, 0.9, 1.0], [0, 1, 1, 1], n_bins=2)
-    assert [(b.low, b.high, b.count) for b in bins] == [(0.0, 0.5, 2), (0.5, 1.0, 2)]
-    assert [b.mean_confidence for b in bins] == pytest.approx([0.125, 0.95])
-    assert [b.accuracy for b in bins] == [0.5, 1.0]
-
-
-def test_reliability_bins_match_calibration_error(rng):
-    p, y = rng.random(500), (rng.random(500) < 0.5).astype(float)
-    bins = reliability_bins(p, y)
-    gap = sum(b.count * abs(b.accuracy - b.mean_confidence) for b in bins) / 500
-    assert gap == pytest.approx(calibration_error(p, y))
-
-
-@pytest.mark.parametrize("bad, match", [([0.5, 1.5], "probability"), ([0.5, -0.1], "probability")])
-def test_reliability_bins_rejects_non_probabilities(bad, match):
-    with pytest.raises(InvalidInputError, match=match):
-        reliability_bins(bad, [1, 0])
-
-
 def test_sample_groups_by_normalised_text():
     samples = [Generation(t) for t in ["Lyon", "Paris.", "the Paris", "paris", "Lyon", "Nice"]]
     groups = sample_groups(samples, "PARIS")
     assert [(g["n"], g["greedy"]) for g in groups] == [(3, True), (2, False), (1, False)]
     assert groups[0]["variants"] == ["Paris.", "the Paris", "paris"]
     assert groups[1]["text"] == "Lyon"
-
-
-def test_paired_run_difference_hand_computed():
-    # run A right on items 0,1; run B right on item 0 only: accuracy difference 1/4
-    d = paired_run_difference("accuracy", [0] * 4, [1, 1, 0, 0], [0] * 4, [1, 0, 0, 0],
-                              n_resamples=200)
-    assert d["diff"] == 0.25 and d["n"] == 4
-    assert d["low"] <= 0.25 <= d["high"]
-
-
-def test_paired_run_difference_of_identical_runs_is_zero(rng):
-    conf, y = rng.random(50), (rng.random(50) < 0.5).astype(float)
-    d = paired_run_difference("auroc", conf, y, conf, y, n_resamples=100)
-    assert (d["diff"], d["low"], d["high"], d["p_value"]) == (0.0, 0.0, 0.0, 1.0)
-
-
-def test_paired_run_difference_point_is_metric_difference(rng):
-    ca, cb = rng.random(60), rng.random(60)
-    ya, yb = (rng.random(60) < ca).astype(float), (rng.random(60) < 0.5).astype(float)
-    d = paired_run_difference("auroc", ca, ya, cb, yb, n_resamples=100, seed=3)
-    assert d["diff"] == pytest.approx(auroc_score(ca, ya) - auroc_score(cb, yb))
-    assert 0 <= d["p_value"] <= 1 and d["low"] <= d["high"]
-
-
-@pytest.mark.parametrize("kwargs, field", [
-    ({"conf_b": [0.1, 0.2]}, "conf_b"),
-    ({"correct_a": [1.0, math.nan, 0.0]}, "correct_a"),
-    ({"n_resamples": 0}, "n_resamples"),
-    ({"level": 1.0}, "level"),
-])
-def test_paired_run_difference_rejects_bad_input(kwargs, field):
-    args = {"conf_a": [0.1, 0.5, 0.9], "correct_a": [0, 1, 1], "conf_b": [0.2, 0.4, 0.3],
-            "correct_b": [1, 0, 1]}
-    options = {k: kwargs.pop(k) for k in list(kwargs) if k in ("n_resamples", "level")}
-    args.update(kwargs)
-    with pytest.raises(InvalidInputError, match=field):
-        paired_run_difference("auroc", **args, **options)
 
 
 # --------------------------------------------------------------------------- the file
@@ -274,7 +211,7 @@ def test_report_adds_length_baseline_when_missing(tmp_path):
         del r.scores["length"]
     path = store_run(tmp_path / "run", records, scorers=("msp", "mean_entropy"))
     html = build_report([path], n_resamples=20)
-    assert "computed for the report" in html
+    assert "computed for the evaluation" in html
     assert "length" in [s["name"] for s in _data(html)["runs"][0]["scorers"]]
 
 
@@ -285,10 +222,10 @@ def test_report_without_samples_or_second_grader(tmp_path):
 
 
 def test_report_on_tiny_run_explains_missing_panels(tmp_path):
-    path = store_run(tmp_path / "run", make_records(3, n_samples=0))
+    path = store_run(tmp_path / "run", make_records(2, n_samples=0))
     html = build_report([path], n_resamples=20)
-    assert "needs at least 10 graded items" in html
-    assert "needs at least 4 graded items" in html
+    assert "cross-fitting needs at least 2 correct and 2 wrong answers" in html
+    assert "needs at least 3 graded items" in html
 
 
 def test_report_on_missing_run_raises(tmp_path):
@@ -357,6 +294,43 @@ def test_cli_report_missing_run_is_an_error(tmp_path):
     assert done.exit_code == 1 and "StoreError" in done.output
 
 
+def _summary_cells(html: str) -> dict[str, list[str]]:
+    """Scorer name -> the text of its summary-table cells (metrics, ECE, …)."""
+    table = re.search(r'<table class="summary">(.*?)</table>', html, re.S).group(1)
+    out = {}
+    for row in re.findall(r"<tr[^>]*>(.*?)</tr>", table, re.S)[1:]:
+        cells = [re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>",
+                                                                           row, re.S)]
+        out[cells[0].split()[0]] = cells[1:]
+    return out
+
+
+def test_report_numbers_equal_confide_eval_json(run_dir, tmp_path):
+    from confide.cli import app
+    from confide.render import fmt_interval
+
+    out = tmp_path / "eval.json"
+    done = CliRunner().invoke(app, ["eval", str(run_dir), "--resamples", "40", "--json",
+                                    str(out)])
+    assert done.exit_code == 0, done.output
+    evaluation = json.loads(out.read_text())
+    html = build_report([run_dir], n_resamples=40)
+    # the page carries the very evaluation `confide eval --json` writes ...
+    assert _data(html)["runs"][0]["evaluation"] == evaluation
+    # ... and shows every metric of every scorer from it
+    cells = _summary_cells(html)
+    metrics = evaluation["options"]["metrics"]
+    assert metrics == ["auroc", "prr", "aurc"]
+    assert sorted(cells) == sorted(s["scorer"] for s in evaluation["scorers"])
+    for scorer in evaluation["scorers"]:
+        shown = cells[scorer["scorer"]]
+        for j, m in enumerate(metrics):
+            value = tuple(math.nan if v is None else v for v in scorer[m])
+            assert shown[j] == fmt_interval(value), (scorer["scorer"], m)
+        ece = scorer["calibrated"]["ece"][0]
+        assert shown[len(metrics)] == ("–" if ece is None else f"{ece:.3f}")
+
+
 # --------------------------------------------------------------------------- real model
 
 
@@ -385,6 +359,10 @@ def test_report_of_a_real_model_run(hf_model, tmp_path):
     assert item["a"] == record.greedy.text
     assert [t[0] for t in item["tok"]] == record.greedy.tokens
     assert item["tok"][0][1] == pytest.approx(float(record.greedy.token_logprobs[0]), abs=1e-4)
+    # every number of the report is the one `confide eval --json` gives for the run
+    done = CliRunner().invoke(app, ["eval", str(run.path), "--json", str(tmp_path / "e.json")])
+    assert done.exit_code == 0, done.output
+    assert data["evaluation"] == json.loads((tmp_path / "e.json").read_text())
 
 
 def test_run_view_length_audit_says_when_there_is_no_lead():

@@ -330,10 +330,10 @@ def fit_abstention(confidence: ArrayLike, correct: ArrayLike, *, alpha: float = 
     >>> fit.policy.threshold, fit.policy.coverage
     (30.0, 0.7)
     """
-    from confide.metrics import _check_confidence_correct, _check_count
+    from confide.metrics.core import check_confidence_correct, check_count
 
     alpha, delta = _check_level(alpha, "alpha"), _check_level(delta, "delta")
-    conf, corr = _check_confidence_correct(confidence, correct, "raise")
+    conf, corr = check_confidence_correct(confidence, correct, "raise")
     if not np.isin(corr, (0.0, 1.0)).all():
         raise InvalidInputError("the guarantee needs binary correctness (a binary grader such "
                                 "as exact, contains, choice or numeric)", field="correct")
@@ -345,7 +345,7 @@ def fit_abstention(confidence: ArrayLike, correct: ArrayLike, *, alpha: float = 
     if not 0 <= grid_fraction < 1:
         raise InvalidInputError(f"must lie in [0, 1), got {grid_fraction!r}",
                                 field="grid_fraction")
-    n_grid = _check_count(n_grid, "n_grid", minimum=2)
+    n_grid = check_count(n_grid, "n_grid", minimum=2)
     n = conf.size
     n_aside = int(round(grid_fraction * n))
     if grid is None and n_aside == 0:

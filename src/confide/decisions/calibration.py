@@ -16,8 +16,11 @@ parameters (never a pickle):
 A fitted :class:`Calibrator` answers ``predict(confidence)`` for one value (a
 float back) or an array (an array back); NaN stays NaN — an answer without
 a confidence is never read as confident. :func:`load_calibrator` reads the
-JSON back (``confide serve --calibrator FILE`` uses it), and
-:func:`reliability_diagram` gives the data of a reliability diagram.
+JSON back (``confide serve --calibrator FILE`` uses it).
+
+The fitting, the cross-fitting and the reliability diagram are the calibration
+core of :mod:`confide.metrics.crossfit` and :mod:`confide.metrics.calibration`,
+shared with the evaluation and the report; this module adds the saved object.
 
 References
 ----------
@@ -37,19 +40,31 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any, overload
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from confide.errors import InvalidInputError
+from confide.metrics.calibration import (
+    ReliabilityDiagram,
+    brier_loss,
+    calibration_error,
+    reliability_diagram,
+)
+from confide.metrics.crossfit import (
+    CALIBRATION_METHODS,
+    DEFAULT_FOLDS,
+    Method,
+    apply_calibration,
+    check_calibration_data,
+    crossfit_probabilities,
+    fit_calibration,
+)
 
 __all__ = ["CALIBRATION_METHODS", "CalibrationFit", "Calibrator", "ReliabilityDiagram",
-           "calibrate_run", "crossfit_calibrated", "fit_calibrator",
-           "load_calibrator", "reliability_diagram"]
+           "calibrate_run", "fit_calibrator", "load_calibrator", "reliability_diagram"]
 
-Method = Literal["platt", "isotonic", "histogram"]
-CALIBRATION_METHODS: tuple[str, ...] = ("platt", "isotonic", "histogram")
 _KIND = "confide.calibrator"
 _VERSION = 1
 FloatArray = NDArray[np.float64]
@@ -95,7 +110,7 @@ class Calibrator:
             raw = np.asarray(confidence, dtype=np.float64)
         except (TypeError, ValueError) as exc:
             raise InvalidInputError(f"must be numbers: {exc}", field="confidence") from exc
-        out = _predict(self.method, self.params, np.atleast_1d(raw))
+        out = apply_calibration(self.method, self.params, np.atleast_1d(raw))
         return float(out[0]) if scalar else out.reshape(raw.shape)
 
     def to_dict(self) -> dict[str, Any]:
@@ -221,74 +236,7 @@ def _check_params(method: str, params: Any, file: str | None) -> dict[str, Any]:
     return {"edges": edges, "values": values}
 
 
-# --------------------------------------------------------------------------- the maths
-
-
-def _predict(method: str, params: dict[str, Any], raw: FloatArray) -> FloatArray:
-    out = np.full(raw.shape, np.nan)
-    ok = ~np.isnan(raw)
-    c = raw[ok]
-    if method == "platt":
-        from scipy.special import expit
-
-        with np.errstate(invalid="ignore"):  # 0 * inf when a == 0 and c == ±inf
-            z = params["a"] * c + params["b"]
-        out[ok] = expit(np.where(np.isnan(z), params["b"], z))
-    elif method == "isotonic":
-        out[ok] = np.interp(c, params["x"], params["y"])
-    elif method == "histogram":
-        out[ok] = np.asarray(params["values"])[np.searchsorted(params["edges"], c, side="left")]
-    else:
-        raise InvalidInputError(f"unknown method {method!r}", field="method")
-    return out
-
-
-def _fit_platt(score: FloatArray, label: FloatArray) -> dict[str, float]:
-    """Platt scaling: maximise the likelihood of smoothed targets under :math:`\\sigma(a c + b)`.
-
-    Targets :math:`t_+ = (N_+ + 1)/(N_+ + 2)` for right and :math:`t_- = 1/(N_- + 2)`
-    for wrong answers (Platt 1999) keep the fit finite on separable data. Fitted
-    by unpenalised logistic regression on the standardised score (each item a
-    positive copy of weight t and a negative copy of weight 1 - t); the slope and
-    intercept are mapped back to the raw scale.
-    """
-    from sklearn.linear_model import LogisticRegression
-
-    n_pos = float(label.sum())
-    n_neg = label.size - n_pos
-    target = np.where(label == 1, (n_pos + 1) / (n_pos + 2), 1 / (n_neg + 2))
-    center, scale = float(score.mean()), float(score.std()) or 1.0
-    x = ((score - center) / scale)[:, None]
-    model = LogisticRegression(C=np.inf, solver="newton-cholesky", max_iter=1000)
-    model.fit(np.vstack([x, x]), np.r_[np.ones(x.shape[0]), np.zeros(x.shape[0])],
-              sample_weight=np.r_[target, 1 - target])
-    w, w0 = float(model.coef_[0, 0]), float(model.intercept_[0])
-    return {"a": w / scale, "b": w0 - w * center / scale}
-
-
-def _fit_isotonic(score: FloatArray, label: FloatArray) -> dict[str, list[float]]:
-    """Pool-adjacent-violators fit (scikit-learn); keep its knots for ``np.interp``."""
-    from sklearn.isotonic import IsotonicRegression
-
-    iso = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0, increasing=True)
-    iso.fit(score, label)
-    return {"x": [float(v) for v in iso.X_thresholds_],
-            "y": [float(v) for v in np.clip(iso.y_thresholds_, 0.0, 1.0)]}
-
-
-def _fit_histogram(score: FloatArray, label: FloatArray, n_bins: int) -> dict[str, list[float]]:
-    """Equal-mass bins: inner edges at the ``j/B`` quantiles (data values), bin ``j`` is
-    ``(e_{j-1}, e_j]``, so tied scores share a bin."""
-    qs = np.quantile(score, np.arange(1, n_bins) / n_bins, method="inverted_cdf")
-    edges = np.unique(qs)
-    # a bin [e_{j-1}, e_j) must hold at least one fitted score, else drop its upper edge
-    # the quantiles are data values, so every bin (e_{j-1}, e_j] holds its upper edge; only
-    # the last bin (c > e_last) can be empty, when e_last is the largest score
-    edges = edges[edges < score.max()]
-    bins = np.searchsorted(edges, score, side="left")
-    counts = np.bincount(bins, minlength=edges.size + 1)
-    values = np.bincount(bins, weights=label, minlength=edges.size + 1) / np.maximum(counts, 1)
-    return {"edges": [float(e) for e in edges], "values": [float(v) for v in values]}
+# --------------------------------------------------------------------------- fitting
 
 
 def fit_calibrator(confidence: ArrayLike, correct: ArrayLike, *, method: Method = "isotonic",
@@ -339,115 +287,10 @@ def fit_calibrator(confidence: ArrayLike, correct: ArrayLike, *, method: Method 
     >>> cal.predict([0.1, 0.9]).round(2).tolist()
     [0.0, 1.0]
     """
-    from confide.metrics import _check_confidence_correct, _check_count
-
-    if method not in CALIBRATION_METHODS:
-        raise InvalidInputError(f"must be one of {', '.join(CALIBRATION_METHODS)}, "
-                                f"got {method!r}", field="method")
-    n_bins = _check_count(n_bins, "n_bins")
-    conf, corr = _check_confidence_correct(confidence, correct, "omit")
-    if not np.isfinite(conf).all():
-        raise InvalidInputError("scores must be finite to be calibrated", field="confidence")
-    if conf.size < 2:
-        raise InvalidInputError(f"needs at least 2 graded items, got {conf.size}",
-                                field="confidence")
-    if corr.min() == corr.max():
-        raise InvalidInputError("all items have the same correctness; a calibrator needs "
-                                "both right and wrong answers", field="correct")
-    if method == "platt":
-        if not np.isin(corr, (0.0, 1.0)).all():
-            raise InvalidInputError("Platt scaling needs binary correctness", field="correct")
-        params: dict[str, Any] = _fit_platt(conf, corr)
-    elif method == "isotonic":
-        params = _fit_isotonic(conf, corr)
-    else:
-        params = _fit_histogram(conf, corr, n_bins)
+    conf, corr = check_calibration_data(confidence, correct, method=method, nan_policy="omit")
+    params = fit_calibration(conf, corr, method=method, n_bins=n_bins)
     return Calibrator(scorer=scorer, method=method, params=params, n_fit=int(conf.size),
                       grader=grader, source=source)
-
-
-# ------------------------------------------------------------------ reliability diagram
-
-
-@dataclass(frozen=True)
-class ReliabilityDiagram:
-    """Per-bin data of a reliability diagram (arrays of length ``n_bins``).
-
-    ``centers``: the middle of each bin; ``lower``/``upper``: its edges;
-    ``mean_confidence`` and ``accuracy``: mean probability and mean
-    correctness of the items in the bin (NaN for an empty bin); ``counts``:
-    items per bin.
-    """
-
-    lower: FloatArray
-    upper: FloatArray
-    centers: FloatArray
-    mean_confidence: FloatArray
-    accuracy: FloatArray
-    counts: NDArray[np.int64]
-
-    def to_dict(self) -> dict[str, list[float | None] | list[int]]:
-        def clean(a: FloatArray) -> list[float | None]:
-            return [None if math.isnan(v) else float(v) for v in a]
-
-        return {"lower": clean(self.lower), "upper": clean(self.upper),
-                "centers": clean(self.centers), "mean_confidence": clean(self.mean_confidence),
-                "accuracy": clean(self.accuracy), "counts": [int(c) for c in self.counts]}
-
-
-def reliability_diagram(probability: ArrayLike, correct: ArrayLike, *, n_bins: int = 10,
-                        strategy: Literal["uniform", "quantile"] = "uniform"
-                        ) -> ReliabilityDiagram:
-    r"""Bin calibrated probabilities and compare each bin's accuracy with its confidence.
-
-    .. math:: \mathrm{acc}(B_b) = \frac{1}{|B_b|}\sum_{i \in B_b} y_i, \qquad
-              \mathrm{conf}(B_b) = \frac{1}{|B_b|}\sum_{i \in B_b} p_i
-
-    A calibrated model has :math:`\mathrm{acc}(B_b) \approx \mathrm{conf}(B_b)`
-    in every bin (Guo et al., 2017).
-
-    Parameters
-    ----------
-    probability : array of shape (n,), in [0, 1]
-    correct : array of shape (n,), in [0, 1]
-    n_bins : int >= 1, default 10
-    strategy : {"uniform", "quantile"}, default "uniform"
-        ``uniform``: bins :math:`[(b-1)/B, b/B)` (the last one holds 1, as
-        :func:`confide.metrics.calibration_error`); ``quantile``: edges at
-        the probability quantiles (equal-mass bins; tied values may leave a
-        bin empty).
-
-    Returns
-    -------
-    ReliabilityDiagram
-
-    Examples
-    --------
-    >>> d = reliability_diagram([0.1, 0.2, 0.8, 0.9], [0, 1, 1, 1], n_bins=2)
-    >>> d.centers.tolist(), d.accuracy.tolist(), d.counts.tolist()
-    ([0.25, 0.75], [0.5, 1.0], [2, 2])
-    """
-    from confide.metrics import _check_confidence_correct, _check_count
-
-    n_bins = _check_count(n_bins, "n_bins")
-    prob, corr = _check_confidence_correct(probability, correct, "raise", probabilities=True)
-    if strategy == "uniform":
-        edges = np.linspace(0.0, 1.0, n_bins + 1)
-        bins = np.minimum((prob * n_bins).astype(np.intp), n_bins - 1)
-    elif strategy == "quantile":
-        edges = np.quantile(prob, np.linspace(0.0, 1.0, n_bins + 1))
-        edges[0], edges[-1] = 0.0, 1.0
-        bins = np.clip(np.searchsorted(edges, prob, side="right") - 1, 0, n_bins - 1)
-    else:
-        raise InvalidInputError(f"must be 'uniform' or 'quantile', got {strategy!r}",
-                                field="strategy")
-    counts = np.bincount(bins, minlength=n_bins).astype(np.int64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        accuracy = np.bincount(bins, weights=corr, minlength=n_bins) / counts
-        mean_conf = np.bincount(bins, weights=prob, minlength=n_bins) / counts
-    return ReliabilityDiagram(lower=edges[:-1], upper=edges[1:],
-                              centers=(edges[:-1] + edges[1:]) / 2,
-                              mean_confidence=mean_conf, accuracy=accuracy, counts=counts)
 
 
 # ------------------------------------------------------------------------ on a stored run
@@ -474,56 +317,23 @@ class CalibrationFit:
     reliability: ReliabilityDiagram
 
 
-def crossfit_calibrated(confidence: ArrayLike, correct: ArrayLike, *,
-                        method: Method = "isotonic", n_folds: int = 5, n_bins: int = 10,
-                        seed: int = 0) -> FloatArray:
-    r"""Out-of-fold calibrated probabilities: :math:`\hat p_i = \hat g_{-k(i)}(c_i)`.
-
-    Items are split into ``n_folds`` random folds (seeded); each fold is
-    predicted by a calibrator (:func:`fit_calibrator`) fitted on the others.
-    A training split with only one class predicts its constant accuracy.
-
-    >>> p = crossfit_calibrated([0.1, 0.2, 0.3, 0.7, 0.8, 0.9], [0, 0, 1, 0, 1, 1], n_folds=2)
-    >>> p.shape
-    (6,)
-    """
-    from confide.metrics import _check_confidence_correct, _check_count
-
-    conf, corr = _check_confidence_correct(confidence, correct, "raise")
-    n_folds = _check_count(n_folds, "n_folds", minimum=2)
-    if n_folds > conf.size:
-        raise InvalidInputError(f"n_folds={n_folds} exceeds the {conf.size} items",
-                                field="n_folds")
-    folds = np.random.default_rng(seed).permutation(conf.size) % n_folds
-    out = np.empty(conf.size)
-    for k in range(n_folds):
-        test, train = folds == k, folds != k
-        if corr[train].min() == corr[train].max():
-            out[test] = corr[train][0]
-            continue
-        out[test] = fit_calibrator(conf[train], corr[train], method=method,
-                                   n_bins=n_bins).predict(conf[test])
-    return out
-
-
 def calibrate_run(run: Any, scorer: str, *, method: Method = "isotonic",
-                  grader: str | None = None, n_bins: int = 10, n_folds: int = 5,
+                  grader: str | None = None, n_bins: int = 10, n_folds: int = DEFAULT_FOLDS,
                   seed: int = 0) -> CalibrationFit:
     """Fit a calibrator of ``scorer`` on a graded run (a :class:`~confide.api.Run` or its
     directory) and measure it by cross-fitting; records without that score are left out
     and counted."""
     from confide.decisions._runs import run_column
-    from confide.metrics import _brier, _ece
 
     col = run_column(run, scorer, grader)
     calibrator = fit_calibrator(col.confidence, col.correct, method=method, scorer=scorer,
                                 n_bins=n_bins, grader=col.grader, source=col.source)
-    folds = min(n_folds, col.confidence.size)
-    crossfit = crossfit_calibrated(col.confidence, col.correct, method=method, n_folds=folds,
-                                   n_bins=n_bins, seed=seed)
+    crossfit = crossfit_probabilities(col.confidence, col.correct, method=method,
+                                      n_folds=n_folds, n_bins=n_bins, seed=seed)
     return CalibrationFit(
         calibrator=calibrator, n=int(col.confidence.size), n_missing=col.n_missing,
         accuracy=float(col.correct.mean()),
-        insample_ece=_ece(calibrator.predict(col.confidence), col.correct),
-        crossfit_ece=_ece(crossfit, col.correct), crossfit_brier=_brier(crossfit, col.correct),
+        insample_ece=calibration_error(calibrator.predict(col.confidence), col.correct),
+        crossfit_ece=calibration_error(crossfit, col.correct),
+        crossfit_brier=brier_loss(crossfit, col.correct),
         reliability=reliability_diagram(crossfit, col.correct, n_bins=10))

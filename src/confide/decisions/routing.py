@@ -154,9 +154,9 @@ def cascade_curve(small_confidence: ArrayLike, small_correct: ArrayLike,
     >>> cur.thresholds.tolist(), cur.accuracy.round(3).tolist(), cur.tokens.round(3).tolist()
     ([0.2, 0.6, 0.9, inf], [0.333, 0.667, 1.0, 1.0], [1.0, 4.333, 7.667, 11.0])
     """
-    from confide.metrics import _as_1d
+    from confide.metrics.core import as_1d
 
-    conf = _as_1d(small_confidence, "small_confidence")
+    conf = as_1d(small_confidence, "small_confidence")
     n = conf.size
     if n == 0:
         raise InvalidInputError("no items to route", field="small_confidence")
@@ -164,7 +164,7 @@ def cascade_curve(small_confidence: ArrayLike, small_correct: ArrayLike,
     def column(values: ArrayLike | None, name: str, unit: bool) -> FloatArray:
         if values is None:
             return np.zeros(n)
-        arr = _as_1d(values, name)
+        arr = as_1d(values, name)
         if arr.size != n:
             raise InvalidInputError(f"has {arr.size} values, expected {n}", field=name)
         if np.isnan(arr).any() or (arr < 0).any() or (unit and (arr > 1).any()):

@@ -24,14 +24,9 @@ from jinja2 import Environment, PackageLoader
 from markupsafe import Markup
 
 from confide.errors import InvalidInputError, StoreError
+from confide.evaluation import RunComparison, scorer_order
 from confide.records import Record
-from confide.report.data import (
-    SUMMARY_METRICS,
-    PairedComparison,
-    RunView,
-    paired_comparison,
-    run_view,
-)
+from confide.report.data import SUMMARY_METRICS, RunView, run_comparison, run_view
 from confide.report.svg import Series, colour, line_chart, reliability_chart
 from confide.store import RunStore
 from confide.render import fmt_interval
@@ -77,14 +72,6 @@ def _load(run_dir: str | Path) -> tuple[list[Record], dict[str, Any], dict[str, 
         return store.records(), store.config or {}, store.get_meta("skipped_scorers", {})
 
 
-def _scorer_order(config: dict[str, Any], skipped: dict[str, str],
-                  records: list[Record]) -> list[str]:
-    names = [s for s in config.get("scorers", []) if s not in skipped]
-    for r in records:
-        names.extend(s for s in r.scores if s not in names)
-    return names
-
-
 def _charts(view: RunView, keys: dict[str, int]) -> dict[str, Any]:
     """SVG charts and legend of one run; colours follow ``keys`` so runs match."""
     legend, roc, rc = [], [], []
@@ -108,6 +95,13 @@ def _charts(view: RunView, keys: dict[str, int]) -> dict[str, Any]:
         s.name: reliability_chart(s.reliability, title=f"Reliability: {s.name}",
                                   colour=colour(keys[s.name], baseline=s.baseline))
         for s in view.scorers if s.reliability}
+    charts["raw_reliability"] = {
+        s.name: reliability_chart(s.row.raw_calibration.reliability,
+                                  title=f"Raw reliability: {s.name}",
+                                  colour=colour(keys[s.name], baseline=s.baseline),
+                                  x_label="raw confidence")
+        for s in view.scorers
+        if s.row.raw_calibration is not None and s.row.raw_calibration.reliability}
     return charts
 
 
@@ -117,10 +111,11 @@ def _explorer_data(views: Sequence[RunView]) -> dict[str, Any]:
         "graders": list(dict.fromkeys(g for it in v.items for g in it["g"])),
         "scorers": [{"name": s.name, "summary": s.summary} for s in v.scorers],
         "entropyScale": round(v.entropy_scale, 4), "items": v.items,
+        "evaluation": v.table.to_dict(),  # every number of the page, as `confide eval --json`
     } for v in views]}
 
 
-def render_report(views: Sequence[RunView], comparisons: Sequence[PairedComparison] = (), *,
+def render_report(views: Sequence[RunView], comparisons: Sequence[RunComparison] = (), *,
                   title: str | None = None) -> str:
     """The HTML text of a report on one run, or a comparison of several side by side."""
     if not views:
@@ -143,7 +138,8 @@ def render_report(views: Sequence[RunView], comparisons: Sequence[PairedComparis
                         if compare else f"confide report: {views[0].name}"),
         runs=[{"view": v, "charts": _charts(v, keys)} for v in views],
         comparisons=comparisons, compare=compare, metrics=SUMMARY_METRICS,
-        any_graders=any(v.graders for v in views),
+        any_graders=any(v.table.graders for v in views),
+        any_raw=any(s.row.raw_calibration is not None for v in views for s in v.scorers),
         any_samples=any(it["ns"] for v in views for it in v.items),
         css=Markup(_asset("report.css")), script=Markup(script), csp=csp,
         data=_json_for_script(_explorer_data(views)),
@@ -167,11 +163,11 @@ def build_report(run_dirs: Sequence[str | Path], *, n_resamples: int = 1000,
             raise StoreError(f"{run_dir}: the run holds no records yet")
         run_seed = int(config.get("seed", 0)) if seed is None else seed
         views.append(run_view(records, name=name, path=str(run_dir), config=config,
-                              scorers=_scorer_order(config, skipped, records),
+                              scorers=scorer_order(config, skipped, records),
                               skipped=skipped, n_resamples=n_resamples, seed=run_seed))
         loaded.append(records)
-    comparisons = [paired_comparison(views[0], loaded[0], views[k], loaded[k],
-                                     n_resamples=n_resamples, seed=0 if seed is None else seed)
+    comparisons = [run_comparison(views[0], loaded[0], views[k], loaded[k],
+                                  n_resamples=n_resamples, seed=0 if seed is None else seed)
                    for k in range(1, len(views))]
     return render_report(views, comparisons, title=title)
 

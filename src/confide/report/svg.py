@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from markupsafe import Markup, escape
 
-from confide.report.data import ReliabilityBin
+from confide.metrics import ReliabilityDiagram
 
 __all__ = ["PALETTE", "Series", "colour", "line_chart", "reliability_chart"]
 
@@ -94,30 +94,37 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: s
     return Markup("".join(parts))
 
 
-def reliability_chart(bins: Sequence[ReliabilityBin], *, title: str, colour: str) -> Markup:
-    """Reliability diagram: accuracy per bin as bars, mean confidence as dots, the diagonal."""
+def reliability_chart(diagram: ReliabilityDiagram, *, title: str, colour: str,
+                      x_label: str = "calibrated confidence") -> Markup:
+    """Reliability diagram: accuracy per bin as bars, mean confidence as dots, the diagonal.
+
+    Empty bins are not drawn."""
     parts = [f'<svg class="chart small" viewBox="0 0 {_W} {_H}" role="img" '
              f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">',
              f"<title>{escape(title)}</title>",
-             *_axes("calibrated confidence", "accuracy", (0, 1), (0, 1))]
+             *_axes(x_label, "accuracy", (0, 1), (0, 1))]
     parts.append(f'<line x1="{_sx(0, 0, 1)}" y1="{_sy(0, 0, 1)}" x2="{_sx(1, 0, 1)}" '
                  f'y2="{_sy(1, 0, 1)}" stroke="#999" stroke-dasharray="2 3"/>')
-    total = sum(b.count for b in bins) or 1
-    for b in bins:
-        left, right = _sx(b.low, 0, 1) + 1, _sx(b.high, 0, 1) - 1
-        top = _sy(b.accuracy, 0, 1)
-        tip = (f"{b.low:.1f}–{b.high:.1f}: {b.count} item(s), mean confidence "
-               f"{b.mean_confidence:.3f}, accuracy {b.accuracy:.3f}")
+    used = [b for b in range(diagram.counts.size) if diagram.counts[b] > 0]
+    total = int(diagram.counts.sum()) or 1
+    for b in used:
+        low, high = float(diagram.lower[b]), float(diagram.upper[b])
+        count, acc = int(diagram.counts[b]), float(diagram.accuracy[b])
+        mean_conf = float(diagram.mean_confidence[b])
+        left, right = _sx(low, 0, 1) + 1, _sx(high, 0, 1) - 1
+        top = _sy(acc, 0, 1)
+        tip = (f"{low:.1f}–{high:.1f}: {count} item(s), mean confidence "
+               f"{mean_conf:.3f}, accuracy {acc:.3f}")
         parts.append(f'<rect x="{left:.1f}" y="{top:.1f}" width="{right - left:.1f}" '
                      f'height="{_sy(0, 0, 1) - top:.1f}" fill="{escape(colour)}" '
                      f'fill-opacity="0.35" stroke="{escape(colour)}"><title>{escape(tip)}</title>'
                      f"</rect>")
         # share of items in the bin, as a strip under the axis
-        strip = 6 * b.count / total * len(bins)
+        strip = 6 * count / total * len(used)
         parts.append(f'<rect x="{left:.1f}" y="{_sy(0, 0, 1) - min(strip, 30):.1f}" '
                      f'width="{right - left:.1f}" height="{min(strip, 30):.1f}" fill="#333" '
                      f'fill-opacity="0.25"/>')
-        parts.append(f'<circle cx="{_sx(b.mean_confidence, 0, 1):.1f}" '
-                     f'cy="{_sy(b.accuracy, 0, 1):.1f}" r="3" fill="{escape(colour)}"/>')
+        parts.append(f'<circle cx="{_sx(mean_conf, 0, 1):.1f}" '
+                     f'cy="{_sy(acc, 0, 1):.1f}" r="3" fill="{escape(colour)}"/>')
     parts.append("</svg>")
     return Markup("".join(parts))

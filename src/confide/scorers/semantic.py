@@ -15,12 +15,12 @@ from __future__ import annotations
 import ast
 import re
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
-from confide.errors import CannotScore, InvalidInputError
+from confide.errors import CannotScore
 from confide.features import (
     affinity,
     answers,
@@ -30,12 +30,10 @@ from confide.features import (
     require_samples,
     sample_logprobs,
 )
-from confide.judges import Judge, make_judge
 from confide.records import Generation, Record
 from confide.scorers.base import Cost, Need, ScoringContext, scorer
 
-__all__ = ["ECC_EIGENVALUE_THRESHOLD", "KLE_TIME", "SAR_TEMPERATURE", "meaningful_spans",
-           "semantic_calibration_error"]
+__all__ = ["ECC_EIGENVALUE_THRESHOLD", "KLE_TIME", "SAR_TEMPERATURE", "meaningful_spans"]
 
 DEFAULT_SAMPLES = 10
 ECC_EIGENVALUE_THRESHOLD = 0.9  # Lin et al. (2024): eigenvectors with eigenvalue below this
@@ -63,7 +61,7 @@ def agreement(record: Record, ctx: ScoringContext) -> float:
     .. math:: c = \frac{1}{k}\sum_{i=1}^{k} \mathbb{1}\big[s_i \in C(y^*)\big]
 
     In [0, 1]; a probability-like confidence (see
-    :func:`semantic_calibration_error`).
+    :func:`confide.metrics.semantic_calibration_error`).
 
     References: [1] Wang et al., 2023, "Self-Consistency Improves Chain of
     Thought Reasoning in Language Models", ICLR; [2] Xiong et al., 2024, "Can
@@ -473,68 +471,3 @@ def meaningful_logprob(record: Record) -> float:
     if not keep.any():
         raise CannotScore("the function call has no name or value tokens")
     return float(logp[keep].mean())
-
-
-# ---------------------------------------------------------------------------
-# semantic calibration
-
-
-def semantic_calibration_error(records: Sequence[Record], *, grader: str | None = None,
-                               judge: str | Judge = "exact", n_bins: int = 10,
-                               **judge_options: Any) -> float:
-    r"""Calibration error of the greedy answer's cluster frequency as P(correct).
-
-    .. math:: \hat p_n = \frac{1}{k}\sum_{i=1}^{k}\mathbb 1[s_{n,i} \in C(y^*_n)], \qquad
-              \mathrm{ECE} = \sum_{b=1}^{B} \frac{|S_b|}{N}\,
-              \Big|\overline{g}_{S_b} - \overline{\hat p}_{S_b}\Big|
-
-    :math:`\hat p_n` is ``agreement`` for record :math:`n` (clusters from
-    ``judge``) and :math:`g_n` its grade; the ECE is
-    :func:`confide.metrics.calibration_error` with ``n_bins`` equal-width bins.
-
-    Parameters
-    ----------
-    records : stored records with samples and grades
-    grader : str, optional
-        Which stored grade to use; default: the only grader of the records.
-    judge : str or Judge, default "exact"
-    n_bins : int, default 10
-
-    Returns
-    -------
-    float in [0, 1]; lower is better.
-
-    Raises
-    ------
-    InvalidInputError
-        No records, a record without samples or without the grade, or an
-        ambiguous grader.
-
-    References
-    ----------
-    [1] Seed 000 / "Trained on Tokens, Calibrated on Concepts: The Emergence
-        of Semantic Calibration in LLMs" (semantic calibration of sampled
-        answers' cluster frequencies).
-    [2] Guo et al., 2017, "On Calibration of Modern Neural Networks", ICML (ECE).
-    """
-    from confide.metrics import calibration_error
-
-    if not records:
-        raise InvalidInputError("no records to measure", field="records")
-    if grader is None:
-        names = sorted({g for r in records for g in r.grades})
-        if len(names) != 1:
-            raise InvalidInputError(f"name one grader of {names}", field="grader")
-        grader = names[0]
-    judge_obj = judge if isinstance(judge, Judge) else make_judge(judge, **judge_options)
-    ctx = ScoringContext(judge=judge_obj)
-    probability, correct = [], []
-    for r in records:
-        if not r.samples:
-            raise InvalidInputError(f"record {r.item.id!r} has no samples", field="samples")
-        if grader not in r.grades:
-            raise InvalidInputError(f"record {r.item.id!r} has no {grader!r} grade",
-                                    field="grades")
-        probability.append(agreement(r, ctx))
-        correct.append(r.grades[grader])
-    return calibration_error(probability, correct, n_bins=n_bins)
