@@ -34,7 +34,7 @@ from confide.report.data import (
 )
 from confide.report.svg import Series, colour, line_chart, reliability_chart
 from confide.store import RunStore
-from confide.render import fmt_interval
+from confide.formatting import fmt_interval
 
 __all__ = ["build_report", "render_report", "write_comparison", "write_report"]
 
