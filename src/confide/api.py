@@ -17,12 +17,12 @@ from confide.backends import Backend, GenerationSpec, item_seed, load_backend
 from confide.backends.models import DEFAULT_MODEL
 from confide.pipeline import DEFAULT_SCORERS, Pipeline, check_question
 from confide.records import Item, Record
-from confide.runner import execute
+from confide.runner import RunConfig, execute
 from confide.runs import Run, default_run_dir, evaluate, open_run
 from confide.tasks import Task
 
-__all__ = ["Run", "ScoredAnswer", "apply_learned", "default_run_dir", "evaluate", "execute",
-           "fit_learned", "load_model", "open_run", "report", "score"]
+__all__ = ["Run", "RunConfig", "ScoredAnswer", "apply_learned", "default_run_dir", "evaluate",
+           "execute", "fit_learned", "load_model", "make_report", "open_run", "score"]
 
 
 def load_model(model: str = DEFAULT_MODEL, *, backend: str = "hf", **options: Any) -> Backend:
@@ -92,8 +92,8 @@ def apply_learned(run: Run, files: list[str | Path] | tuple[str | Path, ...]) ->
     return run
 
 
-def report(runs: str | Path | list[str | Path] | tuple[str | Path, ...],
-           out: str | Path | None = None, *, n_resamples: int = 1000) -> Path:
+def make_report(runs: str | Path | list[str | Path] | tuple[str | Path, ...],
+                out: str | Path | None = None, *, n_resamples: int = 1000) -> Path:
     """Write the self-contained HTML report of a stored run (default ``RUN/report.html``),
     or, given several runs, their side-by-side comparison (default ``compare.html``).
     Reads the stored records only; the model is not loaded."""

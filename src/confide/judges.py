@@ -515,7 +515,8 @@ class LLMJudge(Judge):
                 raise InvalidInputError(f"the prompt must contain {part}", field="prompt")
         self.backend, self.prompt = backend, prompt
 
-    def _prompt(self, question: str, a: str, b: str) -> Any:
+    def prompt_for(self, question: str, a: str, b: str) -> Any:
+        """The question asking whether answer ``a`` entails answer ``b``."""
         text = self.prompt.format(question=question, a=a or "(empty)", b=b or "(empty)")
         if getattr(self.backend, "has_chat_template", False):
             return [{"role": "user", "content": text}]
@@ -523,8 +524,8 @@ class LLMJudge(Judge):
 
     def _judge(self, pairs: list[tuple[str, str]], item: Item | None) -> list[Decision]:
         q = _question(item)
-        prompts = [self._prompt(q, a, b) for a, b in pairs] + [self._prompt(q, b, a)
-                                                               for a, b in pairs]
+        prompts = ([self.prompt_for(q, a, b) for a, b in pairs]
+                   + [self.prompt_for(q, b, a) for a, b in pairs])
         yes = two_way_probabilities(self.backend, prompts, YES, NO, top_k=10)
         n = len(pairs)
         return _entailment_decisions(yes[:n], yes[n:])

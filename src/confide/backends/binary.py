@@ -52,12 +52,12 @@ def two_way_from_logprobs(logp_yes: Sequence[float] | np.ndarray,
     >>> two_way_from_logprobs([0.0], [-1000.0]), two_way_from_logprobs([-1000.0], [0.0])
     (1.0, 0.0)
     """
-    yes = float(np.logaddexp.reduce(np.asarray(logp_yes, dtype=np.float64), initial=-np.inf))
-    no = float(np.logaddexp.reduce(np.asarray(logp_no, dtype=np.float64), initial=-np.inf))
-    if math.isnan(yes) or math.isnan(no) or (yes == no == -math.inf):
+    arrays = [np.asarray(lp, dtype=np.float64) for lp in (logp_yes, logp_no)]
+    if any(np.isnan(a).any() or (a == np.inf).any() for a in arrays):
+        raise CannotScore("a reply's log-probability is NaN or +inf")
+    yes, no = (float(np.logaddexp.reduce(a, initial=-np.inf)) for a in arrays)
+    if yes == no == -math.inf:
         raise CannotScore("neither reply has a probability")
-    if yes == math.inf or no == math.inf:
-        raise CannotScore("a reply has a log-probability of +inf")
     log_odds = yes - no
     if log_odds >= 0:
         return 1.0 / (1.0 + math.exp(-log_odds))
