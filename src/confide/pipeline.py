@@ -1,4 +1,4 @@
-"""The one path from a question to a scored, graded record: generate → record → score → grade.
+"""One path from a question to a scored, graded record: generate → record → score → grade.
 
 ``confide.score`` (the API), the run loop (:mod:`confide.runner`) and the
 server (:mod:`confide.serve.app`) all go through a :class:`Pipeline`:

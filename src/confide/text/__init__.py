@@ -7,7 +7,12 @@ both, so "the same answer" means one thing everywhere.
 
 from confide.text.calls import Call, canonical_calls, parse_function_calls
 from confide.text.embeddings import embed_texts
-from confide.text.normalize import answer_tokens, collapse_whitespace, normalize_answer, rouge_tokens
+from confide.text.normalize import (
+    answer_tokens,
+    collapse_whitespace,
+    normalize_answer,
+    rouge_tokens,
+)
 from confide.text.numbers import extract_final_number
 from confide.text.similarity import rouge_l_f1, token_f1
 
