@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="upstream: the instant fault-free test server (tests/faultserver.py)")
     args = parser.parse_args(argv)
 
-    from confide.runner import load_backend
+    from confide.backends import load_backend
     from confide.serve.app import create_app
     from confide.tasks import load_task
 

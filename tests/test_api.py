@@ -31,3 +31,22 @@ def test_public_names_are_exported_and_sorted():
     assert confide.__all__ == sorted(confide.__all__)
     for name in confide.__all__:
         assert getattr(confide, name) is not None
+
+
+def test_top_level_agrees_with_the_api_and_lists_it():
+    import confide.api
+    import confide.errors
+
+    names = set(confide.__all__) - set(confide.errors.__all__) - {"__version__"}
+    assert names == set(confide.api.__all__)
+    assert set(confide.__all__) <= set(dir(confide))
+
+
+def test_dir_and_public_names_stay_light():
+    import subprocess
+    import sys
+
+    code = ("import sys, confide; names = dir(confide); "
+            "print('confide.api' in sys.modules, 'torch' in sys.modules, 'sklearn' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False False False"

@@ -17,11 +17,11 @@ from confide.judges import (
     LLMJudge,
     NLIJudge,
     NumericJudge,
-    canonical_calls,
     default_judge,
     make_judge,
 )
 from confide.records import Item
+from confide.text import canonical_calls
 
 
 class TableJudge(Judge):

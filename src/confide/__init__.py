@@ -1,11 +1,14 @@
 """confide: tells you when to trust a language model's answer.
 
-``import confide`` stays light (no torch): the API is imported on first use.
+``import confide`` stays light (no torch, no scikit-learn): the errors are
+imported now, the API of :mod:`confide.api` on first use. IDEs and type
+checkers see every public name through the ``TYPE_CHECKING`` imports below,
+and ``dir(confide)`` lists them.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confide.errors import (
     BackendError,
@@ -18,7 +21,27 @@ from confide.errors import (
     UnknownNameError,
 )
 
+if TYPE_CHECKING:
+    from confide.api import (
+        Run,
+        RunConfig,
+        ScoredAnswer,
+        apply_learned,
+        default_run_dir,
+        evaluate,
+        execute,
+        fit_learned,
+        load_model,
+        make_report,
+        open_run,
+        score,
+    )
+
 __version__ = "0.1.0"
+
+# confide.api.__all__, loaded on first use (tests/test_api.py keeps the two equal)
+_API = ("Run", "RunConfig", "ScoredAnswer", "apply_learned", "default_run_dir", "evaluate",
+        "execute", "fit_learned", "load_model", "make_report", "open_run", "score")
 
 __all__ = [
     "BackendError",
@@ -28,17 +51,21 @@ __all__ = [
     "InvalidInputError",
     "ModelLoadError",
     "Run",
+    "RunConfig",
     "ScoredAnswer",
     "StoreError",
     "UnknownNameError",
     "__version__",
+    "apply_learned",
+    "default_run_dir",
     "evaluate",
+    "execute",
+    "fit_learned",
     "load_model",
+    "make_report",
     "open_run",
     "score",
 ]
-
-_API = {"Run", "ScoredAnswer", "evaluate", "load_model", "open_run", "score"}
 
 
 def __getattr__(name: str) -> Any:
@@ -47,3 +74,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(api, name)
     raise AttributeError(f"module 'confide' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

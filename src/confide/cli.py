@@ -152,7 +152,7 @@ def run(
     console.print(f"run stored in {target}")
     if report:
         with _user_errors():
-            page = api.report(target)
+            page = api.make_report(target)
         console.print(f"report written to {page}")
 
 
@@ -168,7 +168,7 @@ def report_cmd(
     from confide import api
 
     with _user_errors():
-        path = api.report(run_dir, out, n_resamples=resamples)
+        path = api.make_report(run_dir, out, n_resamples=resamples)
     console.print(f"wrote {path}")
 
 
@@ -185,7 +185,7 @@ def compare(
     with _user_errors():
         if len(run_dirs) < 2:
             raise InvalidInputError("compare needs at least two runs", field="RUN_DIRS")
-        path = api.report(list(run_dirs), out, n_resamples=resamples)
+        path = api.make_report(list(run_dirs), out, n_resamples=resamples)
     console.print(f"wrote {path}")
 
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from confide.errors import CannotScore
-from confide.judges import ExactJudge, Judge, question_text
+from confide.judges import ExactJudge, Judge
 from confide.records import Generation, Record
 from confide.scorers.base import ScoringContext
 
@@ -66,7 +66,7 @@ def embeddings(record: Record, ctx: ScoringContext, name: str, texts: Sequence[s
     """Unit-norm all-MiniLM-L6-v2 embeddings of ``texts`` (rows), cached as ``name``."""
 
     def compute() -> np.ndarray:
-        from confide.grading import embed_texts
+        from confide.text import embed_texts
 
         return np.asarray(embed_texts(list(texts)), dtype=np.float64)
 
@@ -86,8 +86,3 @@ def sample_logprobs(samples: Sequence[Generation], *, normalize: bool) -> np.nda
         lp = np.asarray(s.token_logprobs, dtype=np.float64)
         out[i] = 0.0 if lp.size == 0 else (lp.mean() if normalize else lp.sum())
     return out
-
-
-def question(record: Record) -> str:
-    """The record's question as plain text."""
-    return question_text(record.item)

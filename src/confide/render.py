@@ -8,21 +8,9 @@ from rich.console import Console
 from rich.table import Table
 
 from confide.evaluation import EvalTable
+from confide.formatting import fmt_interval, fmt_number
 
-__all__ = ["fmt_interval", "render_eval_table"]
-
-
-def fmt_interval(values: tuple[float, float, float], digits: int = 3) -> str:
-    point, low, high = values
-    if math.isnan(point):
-        return "–"
-    if math.isnan(low):
-        return f"{point:.{digits}f}"
-    return f"{point:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
-
-
-def _num(value: float | None, digits: int = 3) -> str:
-    return "–" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+__all__ = ["render_eval_table"]
 
 
 def render_eval_table(console: Console, table: EvalTable, *, title: str = "",
@@ -46,16 +34,16 @@ def render_eval_table(console: Console, table: EvalTable, *, title: str = "",
             not math.isnan(row.metrics["auroc"][0]) else "–"
         if vs is not None:
             diff = f"{vs['diff']:+.3f} (p={vs['p_value']:.2f})"
-        strat = _num(row.audit.get("stratified_auroc"))
+        strat = fmt_number(row.audit.get("stratified_auroc"))
         if row.audit.get("lead_vanishes"):
             strat += " ⚠"
         out.add_row(row.scorer, *(fmt_interval(row.metrics[m]) for m in metric_names), diff,
-                    strat, _num(row.audit.get("length_spearman"), 2), str(row.n),
+                    strat, fmt_number(row.audit.get("length_spearman"), 2), str(row.n),
                     str(row.n_nan) if row.n_nan else "")
     console.print(out)
     console.print(f"accuracy ({table.grader}): {fmt_interval(table.accuracy)} "
                   f"on {table.n_graded} graded of {table.n_items} items; "
-                  f"ρ(correct, length) = {_num(table.correct_length_spearman, 2)}")
+                  f"ρ(correct, length) = {fmt_number(table.correct_length_spearman, 2)}")
     if any(r.audit.get("lead_vanishes") for r in table.rows):
         console.print("⚠ = beats the length baseline overall but not within length strata "
                       "(Santilli et al. 2025): its lead may come from answer length")
@@ -69,7 +57,7 @@ def render_eval_table(console: Console, table: EvalTable, *, title: str = "",
         console.print(f"  {row.scorer}: {_num(raw.ece[0])} → {_num(row.calibrated.ece[0])}; "
                       f"Brier {_num(raw.brier[0])} → {_num(row.calibrated.brier[0])}")
     for pair, tau in table.grader_agreement.items():
-        console.print(f"scorer ranking agreement, Kendall τ ({pair}): {_num(tau, 2)}")
+        console.print(f"scorer ranking agreement, Kendall τ ({pair}): {fmt_number(tau, 2)}")
     for row in table.rows:
         for reason, count in row.nan_reasons.items():
             console.print(f"  {row.scorer}: NaN on {count} item(s): {reason}")

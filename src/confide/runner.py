@@ -15,22 +15,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confide.backends.base import BACKENDS, Backend, GenerationSpec, item_seed
+from confide.backends import Backend, GenerationSpec, item_seed, load_backend
 from confide.backends.models import DEFAULT_MODEL
-from confide.errors import ConfigMismatch, InvalidInputError
-from confide.grading import GRADERS, grade
+from confide.errors import ConfigMismatch
+from confide.grading import GRADERS
 from confide.judges import JUDGES, default_judge, make_judge
-from confide.records import Item, Record
-from confide.registry import load_object
-from confide.scorers import SCORERS, Need, ScorerSpec, ScoringContext, run_scorer
+from confide.pipeline import DEFAULT_SCORERS, GenerationFailed, Pipeline, check_question
+from confide.scorers import SCORERS
 from confide.store import RunStore, config_differences
 from confide.tasks import Task, load_task
 
-__all__ = ["DEFAULT_SCORERS", "RunConfig", "RunOutcome", "execute", "load_backend",
-           "plan_scorers", "score_record"]
-
-DEFAULT_SCORERS = ("msp", "mean_logprob", "min_logprob", "mean_entropy", "max_entropy",
-                   "self_certainty", "length")
+__all__ = ["DEFAULT_SCORERS", "Progress", "RunConfig", "RunOutcome", "execute"]
 
 Progress = Callable[[int, int], None]
 
@@ -79,42 +74,6 @@ class RunOutcome:
     failures: dict[str, str] = field(default_factory=dict)  # item id → error (retried on resume)
 
 
-def load_backend(name: str, model: str, **options: Any) -> Backend:
-    """Instantiate a registered backend by name (lazy import of its module)."""
-    cls = load_object(BACKENDS[name])
-    return cls(model, **options)  # type: ignore[operator]
-
-
-def plan_scorers(names: tuple[str, ...], capabilities: frozenset[str]
-                 ) -> tuple[list[ScorerSpec], dict[str, str]]:
-    """Split chosen scorers into those the backend can feed and those skipped (with why)."""
-    usable, skipped = [], {}
-    for name in names:
-        spec = SCORERS[name]
-        missing = sorted(n.value for n in spec.needs
-                         if n.value not in capabilities and n is not Need.TRAINING)
-        if missing:
-            skipped[name] = f"backend cannot give {', '.join(missing)}"
-        else:
-            usable.append(spec)
-    return usable, skipped
-
-
-def score_record(record: Record, scorers: list[ScorerSpec], ctx: ScoringContext) -> None:
-    """Fill ``record.scores`` (NaN with a reason where a scorer cannot answer)."""
-    for spec in scorers:
-        value, reason = run_scorer(spec, record, ctx)
-        record.scores[spec.name] = value
-        if reason is not None:
-            record.score_errors[spec.name] = reason
-
-
-def _grade_record(record: Record, grader: str, backend: Backend) -> None:
-    if record.item.references:  # items without references can be scored, not graded
-        options = {"backend": backend} if GRADERS[grader].needs_backend else {}
-        record.grades[grader] = grade(record.greedy.text, record.item, grader, **options)
-
-
 def _identity(config: RunConfig, task: Task) -> dict[str, Any]:
     d = config.to_dict()
     d["task"] = task.config()
@@ -134,7 +93,7 @@ def execute(config: RunConfig, out: str | Path, *, backend: Backend | None = Non
     grader = config.grader or task.grader
     GRADERS[grader]
     for item in task.items:
-        _check_question(item)
+        check_question(item)
     store = RunStore.open(out, _identity(config, task))
     try:
         done = store.done_ids()
@@ -148,44 +107,39 @@ def execute(config: RunConfig, out: str | Path, *, backend: Backend | None = Non
         if backend is None:
             backend = load_backend(config.backend, config.model, batch_size=config.batch_size)
         _check_backend(store, backend)
-        usable, skipped = plan_scorers(config.scorers, backend.capabilities)
-        store.set_meta("skipped_scorers", skipped)
-        n_samples = config.n_samples if config.n_samples is not None else max(
-            [s.n_samples for s in usable], default=0)
+        judge = make_judge(config.judge or default_judge(task.grader), backend=backend,
+                           **config.judge_options)
+        pipe = Pipeline.build(backend, config.scorers, judge=judge, grader=grader,
+                              seed=config.seed)
+        store.set_meta("skipped_scorers", pipe.skipped)
         spec = GenerationSpec(
             max_new_tokens=config.max_new_tokens or task.max_new_tokens,
-            stop=tuple(task.stop), n_samples=n_samples, temperature=config.temperature,
-            top_p=config.top_p, hidden_layers=tuple(config.hidden_layers))
-        ctx = ScoringContext(backend=backend, options={"seed": config.seed},
-                             judge=make_judge(config.judge or default_judge(task.grader),
-                                              backend=backend,
-                                              **config.judge_options))
-        outcome = RunOutcome(Path(out), task, total, 0, skipped)
+            stop=tuple(task.stop),
+            n_samples=config.n_samples if config.n_samples is not None else pipe.n_samples,
+            temperature=config.temperature, top_p=config.top_p,
+            hidden_layers=tuple(config.hidden_layers))
+        outcome = RunOutcome(Path(out), task, total, 0, pipe.skipped)
         stored = total - len(todo)
         for start in range(0, total, config.batch_size):
             block = task.items[start:start + config.batch_size]
             if all(it.id in done for it in block):
                 continue
             began = time.perf_counter()
-            results = backend.generate([task.render(it, chat=backend.has_chat_template)
-                                        for it in block], spec,
-                                       [item_seed(config.seed, it.id) for it in block])
+            results = pipe.generate(task, block, spec,
+                                    [item_seed(config.seed, it.id) for it in block])
             seconds = time.perf_counter() - began
             outcome.generation_seconds += seconds
             for offset, (item, result) in enumerate(zip(block, results, strict=True)):
                 if item.id in done:
                     continue
-                if result.greedy is None:  # the backend gave up on it: keep why, retry on resume
-                    error = result.error or "the backend returned no answer"
-                    store.record_failure(item.id, error)
-                    outcome.failures[item.id] = error
+                try:
+                    record = pipe.complete(item, result, seconds=seconds / len(block))
+                except GenerationFailed as exc:  # keep why; a resumed run retries the item
+                    store.record_failure(item.id, exc.reason)
+                    outcome.failures[item.id] = exc.reason
                     continue
-                record = Record(item=item, greedy=result.greedy, samples=result.samples,
-                                seconds=seconds / len(block))
                 outcome.generated_tokens += record.greedy.n_tokens + sum(
                     s.n_tokens for s in record.samples)
-                score_record(record, usable, ctx)
-                _grade_record(record, grader, backend)
                 if store.put(record, start + offset):
                     stored += 1
                     outcome.generated += 1
@@ -194,13 +148,6 @@ def execute(config: RunConfig, out: str | Path, *, backend: Backend | None = Non
         return outcome
     finally:
         store.close()
-
-
-def _check_question(item: Item) -> None:
-    prompt = item.prompt
-    text = prompt if isinstance(prompt, str) else " ".join(m.get("content", "") for m in prompt)
-    if not text.strip():
-        raise InvalidInputError(f"item {item.id!r} has an empty question", field="question")
 
 
 def _check_backend(store: RunStore, backend: Backend) -> None:

@@ -245,11 +245,9 @@ def _column_order(name: str) -> tuple[int, str]:
 
 def record_row(record: Record) -> dict[str, Any]:
     """A flat, JSON-safe row: NaN scores become None (with the reason in ``why.<scorer>``)."""
-    prompt = record.item.prompt
-    question = prompt if isinstance(prompt, str) else prompt[-1]["content"]
     row: dict[str, Any] = {
         "id": record.item.id,
-        "question": question,
+        "question": record.item.question,
         "answer": record.greedy.text,
         "references": list(record.item.references),
         "n_tokens": record.greedy.n_tokens,

@@ -11,7 +11,7 @@ from confide.backends.base import GenerationResult, GenerationSpec
 from confide.errors import CannotScore
 from confide.records import Generation, Item, Record
 from confide.scorers import SCORERS, ScoringContext, run_scorer
-from confide.backends.binary import _renormalised
+from confide.backends.binary import two_way_from_logprobs
 from confide.scorers.reflexive import (
     R_EMPTY,
     R_NONE,
@@ -96,7 +96,7 @@ def test_prompts_carry_question_and_answer():
 
 def test_p_true_renormalises_over_true_and_false_hand_computed():
     # P(True spellings) = 0.3 + 0.1, P(False spellings) = 0.2 -> 0.4 / 0.6
-    value = _renormalised(np.log([0.3, 0.1]), np.log([0.2]))
+    value = two_way_from_logprobs(np.log([0.3, 0.1]), np.log([0.2]))
     assert value == pytest.approx(2 / 3)
 
 

@@ -7,6 +7,8 @@ from confide.backends.base import (
     GenerationSpec,
     Prompt,
     item_seed,
+    load_backend,
 )
 
-__all__ = ["BACKENDS", "Backend", "GenerationResult", "GenerationSpec", "Prompt", "item_seed"]
+__all__ = ["BACKENDS", "Backend", "GenerationResult", "GenerationSpec", "Prompt", "item_seed",
+           "load_backend"]

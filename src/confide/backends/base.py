@@ -15,10 +15,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from confide.records import Generation, Message
-from confide.registry import Registry
+from confide.registry import Registry, load_object
 
 __all__ = ["BACKENDS", "Backend", "GenerationResult", "GenerationSpec", "NextTokenScorer", "Prompt",
-           "item_seed"]
+           "item_seed", "load_backend"]
 
 Prompt = str | list[Message]
 
@@ -100,3 +100,13 @@ def item_seed(run_seed: int, item_id: str) -> int:
 BACKENDS: Registry[str] = Registry("backend")
 BACKENDS.add("hf", "confide.backends.hf:HFBackend")
 BACKENDS.add("openai", "confide.backends.openai:OpenAIBackend")
+
+
+def load_backend(name: str, model: str, **options: Any) -> Backend:
+    """Instantiate the backend registered as ``name`` for ``model`` (its module imported now).
+
+    ``options`` go to the backend (``device``, ``batch_size``, ``dtype`` for
+    ``hf``; ``base_url``, ``concurrency``, ``timeout`` for ``openai``).
+    """
+    cls = load_object(BACKENDS[name])
+    return cls(model, **options)  # type: ignore[operator,no-any-return]

@@ -11,18 +11,17 @@ import numpy as np
 from numpy.typing import NDArray
 
 from confide.errors import InvalidInputError
+from confide.judges import default_judge, make_judge
+from confide.runs import Run, open_run
 
 if TYPE_CHECKING:
-    from confide.api import Run
     from confide.records import Record
 
 __all__ = ["RunColumn", "as_run", "run_column", "sampled_records"]
 
 
 def as_run(run: Run | str | Path) -> Run:
-    """A :class:`~confide.api.Run` from a run or its directory."""
-    from confide.api import Run, open_run
-
+    """A :class:`~confide.runs.Run` from a run or its directory."""
     if isinstance(run, Run):
         return run
     path = Path(run)
@@ -79,8 +78,6 @@ def run_column(run: Run | str | Path, scorer: str, grader: str | None = None) ->
 def sampled_records(run: Run | str | Path, grader: str | None, judge: str | None
                     ) -> tuple[Run, str, str, Any, list[Record]]:
     """The run, its grader, the judge's name, the judge, and the graded records with samples."""
-    from confide.judges import default_judge, make_judge
-
     run = as_run(run)
     grader = grader or run.grader
     judge_name = judge or run.config.get("judge") or default_judge(grader)

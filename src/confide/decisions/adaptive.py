@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from confide.decisions.voting import _labels, majority_vote
+from confide.decisions.voting import check_labels, majority_vote
 from confide.errors import InvalidInputError
 
 __all__ = ["AdaptiveReport", "adaptive_vote", "leader_probability", "replay_adaptive"]
@@ -77,7 +77,7 @@ def adaptive_vote(labels: ArrayLike, *, confidence: float = 0.95, round_size: in
     >>> adaptive_vote([1, 2, 1, 2], confidence=0.95)   # never decisive: all four, tie -> first
     (1, 4)
     """
-    arr = _labels(labels)
+    arr = check_labels(labels)
     if not 0 < confidence < 1:
         raise InvalidInputError(f"must lie in (0, 1), got {confidence!r}", field="confidence")
     for name, value in (("round_size", round_size), ("min_samples", min_samples)):

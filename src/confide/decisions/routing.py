@@ -254,15 +254,15 @@ def route_models(small: Any, large: Any, *, task: str = "triviaqa", scorer: str 
     (``limit``, ``max_new_tokens``, ``seed``, ...); the small run also computes
     ``scorer``.
     """
-    from confide import api
-    from confide.runner import DEFAULT_SCORERS
+    from confide.pipeline import DEFAULT_SCORERS
+    from confide.runs import evaluate
 
     scorers = tuple(settings.pop("scorers", DEFAULT_SCORERS))
     if scorer not in scorers:
         scorers = (*scorers, scorer)
     base = Path(out) if out is not None else None
-    small_run = api.evaluate(small, task=task, scorers=scorers,
+    small_run = evaluate(small, task=task, scorers=scorers,
                              out=base / "small" if base else None, **settings)
-    large_run = api.evaluate(large, task=task, scorers=scorers,
+    large_run = evaluate(large, task=task, scorers=scorers,
                              out=base / "large" if base else None, **settings)
     return cascade(small_run, large_run, scorer=scorer)

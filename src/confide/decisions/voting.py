@@ -45,14 +45,15 @@ from numpy.typing import ArrayLike, NDArray
 
 from confide.errors import InvalidInputError
 
-__all__ = ["VoteComparison", "cisc_vote", "cisc_weights", "compare_votes", "majority_vote",
-           "record_clusters", "sample_confidences"]
+__all__ = ["VoteComparison", "check_labels", "cisc_vote", "cisc_weights", "compare_votes",
+           "majority_vote", "record_clusters", "sample_confidences"]
 
 FloatArray = NDArray[np.float64]
 VoteMethod = Literal["majority", "cisc"]
 
 
-def _labels(labels: ArrayLike) -> NDArray[np.intp]:
+def check_labels(labels: ArrayLike) -> NDArray[np.intp]:
+    """Cluster labels as a non-empty 1-D integer array; :class:`InvalidInputError` otherwise."""
     arr = np.asarray(labels)
     if arr.ndim != 1 or arr.size == 0:
         raise InvalidInputError("must be a non-empty 1-D list of cluster labels", field="labels")
@@ -82,7 +83,7 @@ def majority_vote(labels: ArrayLike) -> int:
     >>> majority_vote([2, 1, 1, 2, 0])
     2
     """
-    arr = _labels(labels)
+    arr = check_labels(labels)
     totals: dict[int, float] = {}
     for lab in arr.tolist():
         totals[lab] = totals.get(lab, 0.0) + 1.0
@@ -129,7 +130,7 @@ def cisc_vote(labels: ArrayLike, confidence: ArrayLike, *, temperature: float = 
     >>> cisc_vote([0, 0, 1], [-2.0, -2.0, -0.1], temperature=100.0)  # ~ majority
     0
     """
-    arr = _labels(labels)
+    arr = check_labels(labels)
     w = cisc_weights(confidence, temperature)
     if w.size != arr.size:
         raise InvalidInputError(f"{arr.size} labels but {w.size} confidences",

@@ -29,7 +29,7 @@ from confide.records import Record
 from confide.report.data import SUMMARY_METRICS, RunView, run_comparison, run_view
 from confide.report.svg import Series, colour, line_chart, reliability_chart
 from confide.store import RunStore
-from confide.render import fmt_interval
+from confide.formatting import fmt_interval
 
 __all__ = ["build_report", "render_report", "write_comparison", "write_report"]
 

@@ -297,14 +297,6 @@ def _scorer_summary(name: str) -> str:
     return SCORERS[name].summary if name in SCORERS else ""
 
 
-def _question(record: Record) -> str:
-    prompt = record.item.prompt
-    if isinstance(prompt, str):
-        return prompt
-    users = [m.get("content", "") for m in prompt if m.get("role") == "user"]
-    return (users or [m.get("content", "") for m in prompt] or [""])[-1]
-
-
 def _num(x: Any, digits: int = 4) -> float | None:
     if x is None:
         return None
@@ -330,7 +322,7 @@ def _tokens(gen: Generation) -> list[list[Any]] | None:
 def _explorer_item(position: int, record: Record, scorers: list[str],
                    judge: Any = None) -> dict[str, Any]:
     return {
-        "i": position, "id": record.item.id, "q": _question(record), "a": record.greedy.text,
+        "i": position, "id": record.item.id, "q": record.item.question, "a": record.greedy.text,
         "refs": list(record.item.references), "g": {k: _num(v) for k, v in record.grades.items()},
         "s": {name: _num(record.scores.get(name), 6) for name in scorers},
         "e": {k: v for k, v in record.score_errors.items() if k in scorers},

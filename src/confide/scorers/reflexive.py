@@ -216,11 +216,7 @@ def _checked(value: float) -> float:
 
 def question_text(item: Item) -> str:
     """The question as the model saw it: the prompt text (or last user turn) and any choices."""
-    if isinstance(item.prompt, str):
-        question = item.prompt
-    else:
-        users = [m.get("content", "") for m in item.prompt if m.get("role") == "user"]
-        question = users[-1] if users else ""
+    question = item.question
     choices = item.metadata.get("choices") or []
     if choices:
         letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"

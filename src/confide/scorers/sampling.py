@@ -16,6 +16,7 @@ import numpy as np
 from confide.features import require_samples, sample_logprobs
 from confide.records import Record
 from confide.scorers.base import Cost, Need, scorer
+from confide.text import rouge_l_f1, rouge_tokens
 
 DEFAULT_SAMPLES = 10
 
@@ -69,10 +70,8 @@ def lexical_similarity(record: Record) -> float:
     [2] Lin, Trivedi & Sun, 2024, "Generating with Confidence", TMLR (LexSim);
     [3] Lin, 2004, "ROUGE", ACL workshop.
     """
-    from confide.grading import _rouge_l, _rouge_tokens
-
     samples = require_samples(record, 2)
-    tokens = [_rouge_tokens(s.text) for s in samples]
-    scores = [1.0 if not a and not b else _rouge_l(a, b)
+    tokens = [rouge_tokens(s.text) for s in samples]
+    scores = [1.0 if not a and not b else rouge_l_f1(a, b)
               for a, b in itertools.combinations(tokens, 2)]
     return float(np.mean(scores))

@@ -26,7 +26,6 @@ from confide.features import (
     answers,
     clusters,
     embeddings,
-    question,
     require_samples,
     sample_logprobs,
 )
@@ -238,7 +237,7 @@ def _token_sar(record: Record, ctx: ScoringContext, gen: Generation, name: str) 
 
 
 def _compute_token_sar(record: Record, gen: Generation) -> float:
-    from confide.grading import embed_texts
+    from confide.text import embed_texts
 
     if gen.token_logprobs is None:
         raise CannotScore("the backend gave no token logprobs")
@@ -248,7 +247,7 @@ def _compute_token_sar(record: Record, gen: Generation) -> float:
         raise CannotScore("empty answer: no tokens to weigh")
     if len(tokens) != logp.size:
         raise CannotScore("the backend gave no token texts to measure relevance with")
-    q = question(record)
+    q = record.item.question
     texts = [f"{q} {''.join(tokens).strip()}"] + [
         f"{q} {''.join(tokens[:i] + tokens[i + 1:]).strip()}" for i in range(len(tokens))]
     e = np.asarray(embed_texts(texts), dtype=np.float64)  # T+1 vectors, not kept per record

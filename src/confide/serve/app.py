@@ -28,6 +28,7 @@ error shape; an upstream failure gets 502, an upstream timeout 504.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import logging
@@ -44,9 +45,9 @@ from fastapi.responses import JSONResponse
 
 from confide.backends.base import Backend, GenerationSpec, item_seed
 from confide.errors import BackendError, BackendTimeout, InvalidInputError
+from confide.pipeline import DEFAULT_SCORERS, Pipeline
 from confide.records import Generation, Item, Record
-from confide.runner import DEFAULT_SCORERS, plan_scorers, score_record
-from confide.scorers import SCORERS, ScoringContext
+from confide.scorers import SCORERS
 from confide.serve.decisions import Calibrator, Policy, decide
 from confide.serve.models import ChatCompletionRequest, Limits, error_body
 from confide.serve.upstream import Upstream
@@ -112,9 +113,9 @@ def create_app(backend: Backend, *, model_name: str | None = None,
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await upstream.start()
-        usable, skipped = plan_scorers(names, upstream.capabilities)
-        state.update(usable=usable, skipped=skipped)
-        for name, why in skipped.items():
+        pipe = Pipeline.build(backend, names)  # after start: the upstream has probed what it gives
+        state.update(pipeline=pipe, usable=pipe.scorers, skipped=pipe.skipped)
+        for name, why in pipe.skipped.items():
             log.warning("scorer %s is skipped: %s", name, why)
         try:
             yield
@@ -167,8 +168,8 @@ def create_app(backend: Backend, *, model_name: str | None = None,
         _check_limits(body, limits)
         messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()}
                     for m in body.messages]
-        usable = state["usable"]
-        n_samples = max([body.n - 1, *(s.n_samples for s in usable)])
+        pipe: Pipeline = state["pipeline"]
+        n_samples = max(body.n - 1, pipe.n_samples)
         spec = GenerationSpec(
             max_new_tokens=body.answer_budget(limits), stop=body.stop_list(),
             n_samples=n_samples,
@@ -190,11 +191,9 @@ def create_app(backend: Backend, *, model_name: str | None = None,
         if result.greedy is None:
             raise _RequestError(502, f"upstream model failed: {result.error or 'no answer'}",
                                 kind="upstream_error")
-        record = Record(item=Item(id=digest[:16], prompt=messages), greedy=result.greedy,
-                        samples=result.samples)
-        ctx = ScoringContext(backend=backend, options={"seed": seed})
-        await asyncio.get_running_loop().run_in_executor(
-            None, score_record, record, usable, ctx)
+        record = await asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(pipe.complete, Item(id=digest[:16], prompt=messages), result,
+                                    seed=seed))
         info = _confide_object(record, state["skipped"], calibrator, policy)
         gens = [record.greedy, *record.samples[:body.n - 1]]
         choices = [_choice(i, g, body) for i, g in enumerate(gens)]

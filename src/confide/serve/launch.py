@@ -16,7 +16,7 @@ def build_app(*, model: str, backend: str = "hf", base_url: str | None = None,
               abstain_message: str | None = None, limits: Limits | None = None,
               timeout: float = 120.0, concurrency: int = 8, max_batch: int = 8) -> Any:
     """The FastAPI app for ``confide serve`` (model loaded, decisions loaded)."""
-    from confide.runner import load_backend
+    from confide.backends import load_backend
     from confide.serve.app import DEFAULT_ABSTAIN_MESSAGE, create_app
     from confide.serve.decisions import load_calibrator, load_policy
 

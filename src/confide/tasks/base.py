@@ -70,11 +70,7 @@ class Task:
     # -- prompts -----------------------------------------------------------------
 
     def _variables(self, item: Item, *, answer: str = "") -> dict[str, Any]:
-        if isinstance(item.prompt, str):
-            question = item.prompt
-        else:  # chat messages: the last user turn is the question
-            users = [m["content"] for m in item.prompt if m.get("role") == "user"]
-            question = users[-1] if users else ""
+        question = item.question
         choices = list(item.metadata.get("choices", []))
         tools = item.metadata.get("tools")
         return {
