@@ -19,9 +19,15 @@ __all__ = ["two_way_probability"]
 
 
 def _renormalised(logp_yes: np.ndarray, logp_no: np.ndarray) -> float:
+    """The logistic of the log-odds, computed so that no log-odds overflows."""
     yes = float(np.logaddexp.reduce(logp_yes))
     no = float(np.logaddexp.reduce(logp_no))
-    return float(1.0 / (1.0 + math.exp(no - yes)))
+    if math.isnan(yes) or math.isnan(no) or yes == no == -math.inf:
+        raise CannotScore("both replies have probability 0 (or NaN)")
+    odds = yes - no  # +-inf when one reply has probability 0
+    if odds >= 0:
+        return 1.0 / (1.0 + math.exp(-odds))
+    return math.exp(odds) / (1.0 + math.exp(odds))
 
 
 def two_way_probability(backend: Backend, prompt: Prompt, yes: tuple[str, ...],
