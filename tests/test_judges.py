@@ -221,3 +221,28 @@ def test_llm_judge_asks_the_bundled_model_both_ways(hf_model):
     assert np.allclose(w, w.T) and np.all((w >= 0) & (w <= 1))
     labels = judge.clusters(texts, item)
     assert judge.calls == 6 and labels[0] == labels[3]
+
+
+@pytest.mark.parametrize("judge", [ExactJudge(), NumericJudge(), AstJudge(),
+                                   TableJudge({frozenset(("a", "")): 1.0})])
+def test_empty_answers_are_equivalent_to_nothing(judge):
+    # an empty answer is no answer: never equivalent, affinity 0, not even to another empty
+    texts = ["a", "", "a", "  \n", ""]
+    assert judge.clusters(texts).tolist() == [0, 1, 0, 2, 3]
+    w = judge.affinity(texts)
+    assert np.array_equal(w, [[1, 0, 1, 0, 0], [0, 1, 0, 0, 0], [1, 0, 1, 0, 0],
+                              [0, 0, 0, 1, 0], [0, 0, 0, 0, 1]])
+    assert judge.decide("", "") == Decision(False, 0.0)
+    assert judge.place("", ["", "a"]) == 2
+
+
+def test_place_puts_an_answer_among_the_samples_clusters_without_changing_them():
+    # "mid" is equivalent to both ends, which are not equivalent to each other
+    table = {frozenset(("mid", "left")): 0.9, frozenset(("mid", "right")): 0.9}
+    judge = TableJudge(table)
+    samples = ["left", "right", "left"]
+    assert judge.clusters(samples).tolist() == [0, 1, 0]
+    assert judge.place("mid", samples) == 0   # first cluster whose first member matches
+    assert judge.place("other", samples) == 2  # none: the next label
+    assert judge.clusters(samples).tolist() == [0, 1, 0]
+    assert ExactJudge().place("The Paris", ["Lyon", "paris", "Nice"]) == 1

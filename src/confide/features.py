@@ -8,7 +8,15 @@ name), so within a run it is computed once per record however many scorers
 read it; and every pair judgment goes through the judge's own pair cache.
 
 Answers are indexed ``0`` (the greedy answer) then ``1..k`` (the samples), so
-``clusters(record, ctx)[0]`` is the greedy answer's cluster.
+``clusters(record, ctx)[0]`` is the greedy answer's cluster. The samples are
+clustered alone and the greedy answer is then placed among their clusters
+(:meth:`Judge.place <confide.judges.Judge.place>`), so the greedy answer never
+changes the samples' clusters.
+
+Empty answers: an answer with no text is no answer. The judge never finds it
+equivalent to anything (:mod:`confide.judges`), and its likelihood is 0
+(log-likelihood :math:`-\infty`, :func:`sample_logprobs`), the rule voting
+uses too (:func:`confide.decisions.voting.sample_confidences`).
 """
 
 from __future__ import annotations
@@ -48,10 +56,20 @@ def answers(record: Record) -> list[str]:
 
 
 def clusters(record: Record, ctx: ScoringContext) -> np.ndarray:
-    """Cluster label of each answer (index 0 = greedy), from the run's judge."""
+    """Cluster label of each answer (index 0 = greedy), from the run's judge.
+
+    Labels ``[1:]`` cluster the samples alone; label ``[0]`` places the greedy
+    answer among them (a label of its own if it matches none).
+    """
     judge = judge_of(ctx)
-    return ctx.cached(record, f"clusters:{judge.name}",  # type: ignore[no-any-return]
-                      lambda: judge.clusters(answers(record), record.item))
+
+    def compute() -> np.ndarray:
+        texts = [s.text for s in record.samples]
+        labels = judge.clusters(texts, record.item)
+        greedy = judge.place(record.greedy.text, texts, record.item, labels)
+        return np.concatenate([[greedy], labels]).astype(np.intp)
+
+    return ctx.cached(record, f"clusters:{judge.name}", compute)  # type: ignore[no-any-return]
 
 
 def affinity(record: Record, ctx: ScoringContext) -> np.ndarray:
@@ -76,13 +94,21 @@ def embeddings(record: Record, ctx: ScoringContext, name: str, texts: Sequence[s
 def sample_logprobs(samples: Sequence[Generation], *, normalize: bool) -> np.ndarray:
     r"""Log-likelihood of each sample, :math:`\sum_t \log p_t` or its mean (``normalize``).
 
-    An empty sample (no tokens) has log-likelihood 0 — the end-of-sequence
-    token is not part of an answer, so nothing was recorded for it.
+    An empty sample (or one without tokens) has log-likelihood
+    :math:`-\infty` (probability 0): it is no answer, and the only token it had (end of sequence) was not recorded,
+    so it must never read as certain. Callers that cannot use :math:`-\infty`
+    refuse the record (:class:`CannotScore`), as they do for a NaN token
+    log-probability.
     """
     out = np.empty(len(samples), dtype=np.float64)
     for i, s in enumerate(samples):
         if s.token_logprobs is None:
             raise CannotScore("the backend gave no token logprobs for the samples")
         lp = np.asarray(s.token_logprobs, dtype=np.float64)
-        out[i] = 0.0 if lp.size == 0 else (lp.mean() if normalize else lp.sum())
+        if np.isnan(lp).any():
+            raise CannotScore(f"sample {i + 1} has a NaN token log-probability")
+        if s.empty or lp.size == 0:
+            out[i] = -np.inf
+        else:
+            out[i] = lp.mean() if normalize else lp.sum()
     return out

@@ -31,10 +31,20 @@ How the work is kept small (DESIGN.md, performance rules):
   for entailment judges), so ``benchmarks/semantic.py`` can compare them with
   the naive all-ordered-pairs count :math:`n(n-1)` over the raw answers.
 
-Clusters (:meth:`Judge.clusters`) follow Kuhn et al. (2023): answers are taken
-in order (greedy first), and each joins the first existing cluster whose first
-member it is equivalent to, else opens a new cluster. For key judges this is
-exactly grouping by key.
+Clusters (:meth:`Judge.clusters`) follow Kuhn et al. (2023): the *sampled*
+answers alone are taken in order, and each joins the first existing cluster
+whose first member it is equivalent to, else opens a new cluster. For key
+judges this is exactly grouping by key. The greedy answer never shapes the
+samples' clusters (Kuhn et al., Farquhar et al. and confide's voting cluster
+the samples alone); scorers about the greedy answer place it among them with
+:meth:`Judge.place`, by the same first-member rule. This is the one clustering
+routine of the package: the scorers (:mod:`confide.features`), voting and the
+report all call it.
+
+An empty answer (only whitespace) is no answer: it is equivalent to no answer,
+not even another empty one, and its affinity to every other answer is 0 (1 to
+itself). So empty samples never agree with each other and never make a record
+look consistent.
 
 References: [1] Kuhn, Gal & Farquhar, 2023, "Semantic Uncertainty: Linguistic
 Invariances for Uncertainty Estimation in Natural Language Generation", ICLR.
@@ -120,7 +130,9 @@ class Judge(ABC):
     # -- shared machinery --------------------------------------------------------
 
     def decide(self, a: str, b: str, item: Item | None = None) -> Decision:
-        """The decision for one pair of answers (raw texts)."""
+        """The decision for one pair of answers (raw texts); an empty answer matches nothing."""
+        if _is_empty(a) or _is_empty(b):
+            return Decision(False, 0.0)
         ka, kb = self.key(a, item), self.key(b, item)
         return self._decisions([(ka, kb)], item)[0]
 
@@ -153,21 +165,36 @@ class Judge(ABC):
                    for d, (ka, kb) in zip(out, pairs)]
         return out  # type: ignore[return-value]
 
-    def _unique(self, texts: Sequence[str], item: Item | None) -> tuple[list[str], np.ndarray]:
-        keys = [self.key(t, item) for t in texts]
-        unique = list(dict.fromkeys(keys))
-        index = {k: i for i, k in enumerate(unique)}
-        return unique, np.array([index[k] for k in keys], dtype=np.intp)
+    def _unique(self, texts: Sequence[str], item: Item | None
+                ) -> tuple[list[str | None], np.ndarray]:
+        """Unique keys (``None``: an empty answer, one entry each) and each text's index."""
+        unique: list[str | None] = []
+        index: dict[str, int] = {}
+        inverse = np.empty(len(texts), dtype=np.intp)
+        for n, text in enumerate(texts):
+            if _is_empty(text):
+                inverse[n] = len(unique)
+                unique.append(None)
+                continue
+            k = self.key(text, item)
+            if k not in index:
+                index[k] = len(unique)
+                unique.append(k)
+            inverse[n] = index[k]
+        return unique, inverse
 
-    def _pair_table(self, unique: list[str], item: Item | None
+    def _pair_table(self, unique: list[str | None], item: Item | None
                     ) -> tuple[np.ndarray, np.ndarray]:
         u = len(unique)
         equivalent = np.eye(u, dtype=bool)
         affinity = np.eye(u, dtype=np.float64)
-        if self.by_key or u < 2:
+        if self.by_key:
             return equivalent, affinity
-        pairs = [(i, j) for i in range(u) for j in range(i + 1, u)]
-        decided = self._decisions([(unique[i], unique[j]) for i, j in pairs], item)
+        pairs = [(i, j) for i in range(u) for j in range(i + 1, u)
+                 if unique[i] is not None and unique[j] is not None]
+        if not pairs:
+            return equivalent, affinity
+        decided = self._decisions([(unique[i], unique[j]) for i, j in pairs], item)  # type: ignore[misc]
         for (i, j), d in zip(pairs, decided):
             equivalent[i, j] = equivalent[j, i] = d.equivalent
             affinity[i, j] = affinity[j, i] = d.affinity
@@ -177,10 +204,13 @@ class Judge(ABC):
         """Cluster label of each answer (0, 1, ... in order of first appearance).
 
         Each unique answer joins the first cluster whose first member it is
-        equivalent to (Kuhn et al., 2023), else opens a new one.
+        equivalent to (Kuhn et al., 2023), else opens a new one. Pass the
+        samples alone; place the greedy answer with :meth:`place`.
 
         >>> ExactJudge().clusters(["Paris.", "paris", "Lyon", "The Paris"]).tolist()
         [0, 0, 1, 0]
+        >>> ExactJudge().clusters(["", "Lyon", " "]).tolist()  # empty answers match nothing
+        [0, 1, 2]
         """
         unique, inverse = self._unique(texts, item)
         equivalent, _ = self._pair_table(unique, item)
@@ -196,6 +226,37 @@ class Judge(ABC):
                 representatives.append(i)
         return label_of[inverse]
 
+    def place(self, answer: str, texts: Sequence[str], item: Item | None = None,
+              labels: np.ndarray | None = None) -> int:
+        """The label of ``answer`` among the clusters of ``texts`` (:meth:`clusters`).
+
+        It joins the first cluster whose first member it is equivalent to, the
+        rule that built the clusters; if none, it gets the next unused label.
+        ``labels``: the clusters of ``texts`` if already computed. The answer
+        does not change the clusters of ``texts``.
+
+        >>> ExactJudge().place("paris", ["Lyon", "Paris.", "lyon"])
+        1
+        >>> ExactJudge().place("Nice", ["Lyon", "Paris."])
+        2
+        """
+        if labels is None:
+            labels = self.clusters(texts, item)
+        labels = np.asarray(labels, dtype=np.intp)
+        new = int(labels.max()) + 1 if labels.size else 0
+        if _is_empty(answer):
+            return new
+        first = {int(lab): n for n, lab in reversed(list(enumerate(labels.tolist())))}
+        reps = [(lab, texts[n]) for lab, n in sorted(first.items()) if not _is_empty(texts[n])]
+        if not reps:
+            return new
+        key = self.key(answer, item)
+        decided = self._decisions([(key, self.key(t, item)) for _, t in reps], item)
+        for (lab, _), d in zip(reps, decided):
+            if d.equivalent:
+                return lab
+        return new
+
     def affinity(self, texts: Sequence[str], item: Item | None = None) -> np.ndarray:
         """Symmetric affinity matrix :math:`W \\in [0, 1]^{n \\times n}`, ones on the diagonal.
 
@@ -205,6 +266,10 @@ class Judge(ABC):
         unique, inverse = self._unique(texts, item)
         _, affinity = self._pair_table(unique, item)
         return affinity[np.ix_(inverse, inverse)]
+
+
+def _is_empty(text: str) -> bool:
+    return not text.strip()
 
 
 def _sorted_pair(a: str, b: str) -> tuple[str, str]:

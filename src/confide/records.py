@@ -94,6 +94,15 @@ class Generation:
     def n_tokens(self) -> int:
         return len(self.token_ids) if self.token_ids else len(self.tokens)
 
+    @property
+    def empty(self) -> bool:
+        """No answer: no text but whitespace.
+
+        Every part of confide treats an empty answer alike: likelihood 0 (log
+        :math:`-\\infty`), equivalent to no other answer, never certain.
+        """
+        return not self.text.strip()
+
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"text": self.text, "token_ids": list(self.token_ids),
                              "tokens": list(self.tokens), "finish_reason": self.finish_reason,

@@ -75,7 +75,8 @@ def test_compare_votes_on_stored_samples(vote_run):
     assert out.n == 3 and out.k == 5 and out.judge == "exact" and out.grader == "contains"
     assert out.greedy == pytest.approx(2 / 3)
     assert out.majority == pytest.approx(2 / 3)  # wrong on q0
-    # T = 0.1: q0 → Paris (right); q2 → Bergen (weight e^-0.1 vs e^-9 + e^-10): wrong
+    # T = 0.1 over response probabilities: q0 → Paris (e^(0.95/0.1) vs e^(0.17/0.1) +
+    # e^(0.17/0.1)): right; q2 → Bergen (e^(0.99/0.1) vs e^(0.41/0.1) + e^(0.37/0.1)): wrong
     assert out.cisc == pytest.approx(2 / 3) and out.changed == 2
     assert out.cisc_by_temperature[100.0] == pytest.approx(out.majority)
     one = compare_votes(vote_run, k=1)
@@ -90,9 +91,24 @@ def test_compare_votes_needs_samples(tmp_path):
         compare_votes(run)
 
 
-def test_sample_confidences_mean_logprob_and_empty():
-    record = _sampled_record(0, [("a", [-1.0, -3.0]), ("", [])], "a", greedy="a")
-    np.testing.assert_allclose(sample_confidences(record), [-2.0, -np.inf])
+def test_sample_confidences_are_response_probabilities():
+    # CISC's "response probability", length-normalised: exp(mean log p); empty: 0
+    record = _sampled_record(0, [("a", [-1.0, -3.0]), ("", []), ("b", [-0.5])], "a",
+                             greedy="a")
+    np.testing.assert_allclose(sample_confidences(record), [math.exp(-2.0), 0.0,
+                                                            math.exp(-0.5)])
+
+
+def test_cisc_softmax_is_over_probabilities_not_log_probabilities():
+    # issue 12: Taubenfeld et al. (2025) normalise the response probability. One sample
+    # of p = e^-1 against two of p = e^-3, T = 0.5:
+    # probabilities: e^(0.368/0.5) = 2.09 < 2 e^(0.0498/0.5) = 2.21 -> the pair wins;
+    # log-probabilities would give e^-2 = 0.135 > 2 e^-6 = 0.005 -> the single sample
+    record = _sampled_record(0, [("a", [-1.0]), ("b", [-3.0]), ("b", [-3.0])], "a",
+                             greedy="a")
+    conf = sample_confidences(record)
+    assert cisc_vote([0, 1, 1], conf, temperature=0.5) == 1
+    assert cisc_vote([0, 1, 1], np.log(conf), temperature=0.5) == 0
 
 
 # ------------------------------------------------------------------------- adaptive

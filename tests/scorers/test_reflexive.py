@@ -14,10 +14,12 @@ from confide.scorers import SCORERS, ScoringContext, run_scorer
 from confide.backends.binary import two_way_from_logprobs
 from confide.scorers.reflexive import (
     R_EMPTY,
+    R_NO_ANSWER,
     R_NONE,
+    R_OTHER_ANSWER,
     R_RANGE,
     R_SEVERAL,
-    _confidence_part,
+    _split_reply,
     p_true_prompt,
     parse_confidence,
     question_text,
@@ -63,12 +65,19 @@ def test_parse_confidence_refuses_garbage_with_a_fixed_reason(reply, reason):
     assert info.value.reason == reason
 
 
-def test_confidence_part_of_one_stage_reply():
-    assert _confidence_part("Answer: 1984\nConfidence: 90") == "Confidence: 90"
-    assert _confidence_part("Paris\n80") == "80"
-    assert _confidence_part("Paris (90%)") == "90%"
+def test_one_stage_reply_split_into_answer_and_confidence():
+    assert _split_reply("Answer: 1984\nConfidence: 90") == ("1984", "Confidence: 90")
+    assert _split_reply("Paris\n80") == ("Paris", "80")
+    assert _split_reply("Paris (90%)") == ("Paris", "90%")
+    assert _split_reply("Answer: I am confident it is 42 / Confidence: 90") == (
+        "I am confident it is 42", "Confidence: 90")
     with pytest.raises(CannotScore, match="no number"):
-        _confidence_part("Answer: 1984")  # the answer's number is never the confidence
+        _split_reply("Answer: 1984")  # the answer's number is never the confidence
+
+
+def test_confidence_label_wins_over_confident_in_the_answer():
+    # issue 12: read as 0.42 (the number after "confident" in the answer)
+    assert parse_confidence("Answer: I am confident it is 42 / Confidence: 90") == 0.9
 
 
 def test_question_text_lists_choices():
@@ -98,6 +107,19 @@ def test_p_true_renormalises_over_true_and_false_hand_computed():
     # P(True spellings) = 0.3 + 0.1, P(False spellings) = 0.2 -> 0.4 / 0.6
     value = two_way_from_logprobs(np.log([0.3, 0.1]), np.log([0.2]))
     assert value == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize(("yes", "no", "expected"), [
+    (0.0, -800.0, 1.0), (-800.0, 0.0, 0.0), (-1000.0, -1000.0 - math.log(3), 0.75),
+    (-math.inf, -1.0, 0.0), (-1.0, -math.inf, 1.0)])
+def test_p_true_renormalisation_does_not_overflow(yes, no, expected):
+    # issue 12: log-odds beyond ~709 raised OverflowError
+    assert _renormalised(np.array([yes]), np.array([no])) == pytest.approx(expected)
+
+
+def test_p_true_renormalisation_refuses_two_impossible_replies():
+    with pytest.raises(CannotScore, match="probability 0"):
+        _renormalised(np.array([-math.inf]), np.array([-math.inf]))
 
 
 class TopKBackend:
@@ -159,6 +181,38 @@ def test_verbalized_2s_parses_the_backends_reply():
     assert math.isnan(value) and why == R_NONE
 
 
+class ReplyBackend(TopKBackend):
+    """Replies with a fixed text (the one-stage verbalized reply)."""
+
+    def __init__(self, reply: str) -> None:
+        super().__init__([(reply, 1.0)])
+
+
+@pytest.mark.parametrize(("reply", "greedy", "value", "reason"), [
+    ("Answer: Paris\nConfidence: 90", "Paris.", 0.9, None),
+    (" paris\nConfidence: 70%", "Paris", 0.7, None),
+    ("Answer: Lyon\nConfidence: 90", "Paris", math.nan, R_OTHER_ANSWER),
+    ("Answer: I am confident it is 42 / Confidence: 90", "42", math.nan, R_OTHER_ANSWER),
+    ("Confidence: 90", "Paris", math.nan, R_NO_ANSWER),
+])
+def test_verbalized_1s_attaches_only_a_confidence_about_the_greedy_answer(
+        reply, greedy, value, reason):
+    # issue 12: the reply's confidence was attached to the greedy answer even when the
+    # reply answered something else
+    got, why = run_scorer(SCORERS["verbalized_1s"], _record(greedy),
+                          ScoringContext(backend=ReplyBackend(reply)))
+    assert why == reason
+    assert got == pytest.approx(value, nan_ok=True)
+
+
+def test_verbalized_1s_compares_answers_with_the_runs_judge():
+    from confide.judges import NumericJudge
+
+    ctx = ScoringContext(backend=ReplyBackend("Answer: I am confident it is 42 / "
+                                              "Confidence: 90"), judge=NumericJudge())
+    assert run_scorer(SCORERS["verbalized_1s"], _record("42"), ctx) == (0.9, None)
+
+
 # ------------------------------------------------------------------ the real model
 
 
@@ -183,7 +237,7 @@ def test_reflexive_scorers_on_the_real_model(hf_model):
                                 GenerationSpec(max_new_tokens=8, stop=("\n",)), [0, 1, 2])
     ctx = ScoringContext(backend=hf_model, options={"verbalized_2s_max_new_tokens": 6,
                                                     "verbalized_1s_max_new_tokens": 12})
-    fixed = {R_EMPTY, R_NONE, R_SEVERAL, R_RANGE}
+    fixed = {R_EMPTY, R_NONE, R_SEVERAL, R_RANGE, R_NO_ANSWER, R_OTHER_ANSWER}
     for item, result in zip(task.items, results, strict=True):
         record = Record(item, result.greedy)
         value, why = run_scorer(SCORERS["p_true"], record, ctx)

@@ -70,3 +70,18 @@ def test_sampling_scorers_declare_samples_and_document_formula(name):
     assert spec.n_samples == 10
     doc = spec.fn.__doc__ or ""
     assert ".. math::" in doc and "References" in doc
+
+
+@pytest.mark.parametrize("name", ["mc_entropy", "mc_entropy_normalized"])
+def test_an_empty_sample_is_not_certain(name):
+    # issue 12: an empty sample got log-likelihood 0 (probability 1); now it has
+    # probability 0, so the Monte-Carlo estimate is infinite and the record is refused
+    r = record([gen("Paris", [-0.1]), gen("", [])])
+    value, reason = run_scorer(SCORERS[name], r)
+    assert math.isnan(value) and "1 of 2 samples empty" in reason
+
+
+def test_lexical_similarity_of_empty_samples_is_zero():
+    # two empty answers used to count as identical (1, the maximum)
+    assert lexical_similarity(record([gen(""), gen("")])) == 0.0
+    assert lexical_similarity(record([gen("a b"), gen("a b"), gen(" ")])) == pytest.approx(1 / 3)

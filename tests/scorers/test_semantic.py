@@ -31,7 +31,8 @@ def record(samples, greedy=None, item_id="q", **metadata) -> Record:
                   greedy=greedy or gen("Paris", [-0.5, -0.3]), samples=samples)
 
 
-# Clusters under the exact judge: {Paris, paris., Paris} (with the greedy), {Lyon}, {Marseille}
+# Clusters of the samples under the exact judge: {Paris, paris., Paris}, {Lyon}, {Marseille};
+# the greedy answer "Paris" is placed in the first
 SAMPLES = [gen("Paris", [-0.1]), gen("paris.", [-0.2, -0.4]), gen("Lyon", [-1.0]),
            gen("Paris", [-0.1]), gen("Marseille", [-2.0])]
 
@@ -56,13 +57,77 @@ def test_semantic_entropy_from_frequencies():
     assert expected == pytest.approx(-0.9502705392)
 
 
-def test_semantic_entropy_weighted_from_unique_sequence_likelihoods():
-    # unique texts: Paris (-0.1), paris. (mean -0.3), Lyon (-1), Marseille (-2); the second
-    # "Paris" is the same sequence and counts once.
-    mass = np.array([math.exp(-0.1) + math.exp(-0.3), math.exp(-1.0), math.exp(-2.0)])
+def test_semantic_entropy_weighted_sums_over_all_samples():
+    # every sample counts, repeats included: Paris 2 x e^-0.1 + e^-0.3, Lyon e^-1, Marseille e^-2
+    mass = np.array([2 * math.exp(-0.1) + math.exp(-0.3), math.exp(-1.0), math.exp(-2.0)])
     p = mass / mass.sum()
     assert score("semantic_entropy_weighted", record(SAMPLES)) == pytest.approx(
         float((p * np.log(p)).sum()))
+
+
+@pytest.mark.parametrize(("n_paris", "expected"), [(9, -0.242), (5, -0.667), (1, -0.422)])
+def test_semantic_entropy_weighted_follows_sampling_frequency(n_paris, expected):
+    # issue 12: de-duplicated texts gave -0.667 for all three; Farquhar et al. 2024 and
+    # LM-Polygraph sum over all samples
+    samples = [gen("Paris", [-0.1])] * n_paris + [gen("Lyon", [-0.56])] * (10 - n_paris)
+    assert score("semantic_entropy_weighted", record(samples)) == pytest.approx(expected,
+                                                                                abs=5e-4)
+
+
+def test_empty_samples_never_read_as_certain():
+    empty = gen("", [])
+    # the weighted SE gives an empty sample no mass: two real answers are still needed
+    value, reason = run_scorer(SCORERS["semantic_entropy_weighted"],
+                               record([gen("Paris", [-0.1]), empty, empty]), ScoringContext())
+    assert math.isnan(value) and "positive likelihood" in reason
+    # ... and an empty sample's former probability 1 no longer outweighs the others
+    mixed = record([gen("Paris", [-0.1]), gen("Paris", [-0.1]), gen("Lyon", [-0.5]), empty])
+    assert score("semantic_entropy_weighted", mixed) == pytest.approx(
+        score("semantic_entropy_weighted", record(mixed.samples[:3])))
+    # all samples empty: each its own cluster, the least confident values
+    blank = record([empty, gen("  ", [-0.3]), empty])
+    assert score("semantic_entropy", blank) == pytest.approx(-math.log(3))
+    assert score("num_sets", blank) == -3.0
+    assert score("agreement", blank) == 0.0
+    assert score("degree", blank) == pytest.approx(3 / 9 - 1)
+    assert score("kernel_language_entropy", blank) == pytest.approx(-math.log(3))
+    # the greedy answer empty too: no scorer has anything to put a confidence on
+    nothing = record([empty, empty, empty], greedy=gen("", []))
+    for name in ["agreement", "semantic_entropy", "num_sets", "cocoa", "eigv"]:
+        value, reason = run_scorer(SCORERS[name], nothing, ScoringContext())
+        assert math.isnan(value) and "empty answer" in reason, name
+
+
+def test_cocoa_refuses_non_finite_greedy_likelihood():
+    r = record(SAMPLES, greedy=gen("Paris", [-math.inf]))
+    value, reason = run_scorer(SCORERS["cocoa"], r, ScoringContext())
+    assert math.isnan(value) and "non-finite" in reason
+
+
+@pytest.mark.parametrize("name", ["agreement", "num_sets", "semantic_entropy",
+                                  "semantic_entropy_weighted"])
+def test_one_sample_is_refused_not_certain(name):
+    value, reason = run_scorer(SCORERS[name], record([gen("Paris", [-0.1])]), ScoringContext())
+    assert math.isnan(value) and "at least 2 sampled answer" in reason
+
+
+def test_pair_judge_clusters_the_samples_alone():
+    # issue 12: identical samples gave SE 0 or 0.693 depending on the greedy text. A judge
+    # that links "mid" to both ends but not the ends to each other shows it: with the
+    # greedy answer clustered first ("mid"), both samples joined its cluster.
+    class Bridge(Judge):
+        name = "bridge"
+
+        def _judge(self, pairs, item):
+            return [Decision("mid" in (a, b), 0.5 if "mid" in (a, b) else 0.0) for a, b in pairs]
+
+    for greedy in ("mid", "left", "other"):
+        r = record([gen("left"), gen("right")], greedy=gen(greedy))
+        assert score("semantic_entropy", r, Bridge()) == pytest.approx(-math.log(2)), greedy
+        assert score("num_sets", r, Bridge()) == -2.0
+    # the greedy answer is placed among the samples' clusters: "mid" joins the first
+    assert score("agreement", record([gen("left"), gen("right")], greedy=gen("mid")),
+                 Bridge()) == 0.5
 
 
 def test_graph_scorers_with_binary_affinity():
@@ -73,10 +138,28 @@ def test_graph_scorers_with_binary_affinity():
     assert score("degree", r) == pytest.approx(-0.56)
     # spectral embedding rows e_c / sqrt(|c|): spread sqrt(m - 1)
     assert score("eccentricity", r) == pytest.approx(-math.sqrt(2))
-    # L = D - W has eigenvalues 0, 3, 3 (the 3-cluster) and 0, 0: mu ∝ 1, 1, 1, e^-0.9, e^-0.9
-    mu = np.array([1, 1, 1, math.exp(-0.9), math.exp(-0.9)])
-    mu /= mu.sum()
-    assert score("kernel_language_entropy", r) == pytest.approx(float((mu * np.log(mu)).sum()))
+    assert score("kernel_language_entropy", r) == pytest.approx(_kle_of_blocks([3, 1, 1]))
+
+
+def _kle_of_blocks(sizes, t=sem.KLE_TIME):
+    # Hand-derived: a block of m equivalent samples has L = mI - J, so e^{-tL} =
+    # J/m + e^{-tm}(I - J/m); unit diagonal gives off-diagonal r = (1 - e^{-tm}) /
+    # (1 + (m-1) e^{-tm}) and eigenvalues 1 + (m-1) r (once) and 1 - r (m-1 times),
+    # all divided by k (Nikitin et al.'s normalisation).
+    k = sum(sizes)
+    mu = []
+    for m in sizes:
+        e = math.exp(-t * m)
+        r = (1 - e) / (1 + (m - 1) * e)
+        mu += [(1 + (m - 1) * r) / k] + [(1 - r) / k] * (m - 1)
+    return sum(x * math.log(x) for x in mu if x > 0)
+
+
+def test_kernel_language_entropy_of_equivalent_samples():
+    # one block of 4: r = (1 - e^-1.2) / (1 + 3 e^-1.2); less uncertain than 4 unrelated
+    value = score("kernel_language_entropy", record([gen("Paris")] * 4))
+    assert value == pytest.approx(_kle_of_blocks([4]))
+    assert -math.log(4) < value < 0
 
 
 def test_kernel_language_entropy_of_unrelated_samples_is_log_k():
@@ -106,9 +189,10 @@ def test_graph_scorers_with_fractional_affinity():
     assert score("degree", r, judge) == pytest.approx(3 / 4 - 1)
     # both eigenvalues < 0.9: rows of an orthogonal 2x2 matrix, centred spread 1
     assert score("eccentricity", r, judge) == pytest.approx(-1.0)
-    # L = D - W eigenvalues 0, 2a = 1 → mu ∝ 1, e^-0.3
-    mu = np.array([1.0, math.exp(-0.3)])
-    mu /= mu.sum()
+    # e^{-tL} with L eigenvalues 0, 2a: unit diagonal gives off-diagonal tanh(t a), so
+    # K = [[1, r], [r, 1]] / 2 has eigenvalues (1 ± r) / 2 (Nikitin et al.)
+    rho = math.tanh(sem.KLE_TIME * 0.5)
+    mu = np.array([(1 + rho) / 2, (1 - rho) / 2])
     assert score("kernel_language_entropy", r, judge) == pytest.approx(
         float((mu * np.log(mu)).sum()))
 

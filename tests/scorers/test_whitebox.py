@@ -70,3 +70,50 @@ def test_every_scorer_documents_formula_and_reference():
         doc = spec.fn.__doc__ or ""
         assert ".. math::" in doc, spec.name
         assert "References" in doc, spec.name
+
+
+@pytest.mark.parametrize(("name", "field"), [
+    ("self_certainty", "kl"), ("mean_entropy", "ent"), ("max_entropy", "ent"),
+    ("msp", "logp"), ("mean_logprob", "logp"), ("min_logprob", "logp")])
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan])
+def test_non_finite_token_statistics_are_nan_with_reason(name, field, bad):
+    # issue 12: a -inf logit made self-certainty +inf (maximally confident) and the
+    # step's entropy NaN
+    stats = {"logp": list(LOGP), "ent": list(ENT), "kl": list(KL)}
+    stats[field][1] = bad
+    value, reason = run_scorer(SCORERS[name], make_record(stats["logp"], stats["ent"],
+                                                          stats["kl"]))
+    assert math.isnan(value) and "not finite at token 2" in reason
+
+
+def test_run_scorer_rejects_infinite_values():
+    from confide.scorers import ScorerSpec
+
+    for bad in (math.inf, -math.inf, math.nan):
+        spec = ScorerSpec(name="t", fn=lambda r, bad=bad: bad, needs=frozenset(), cost="free")
+        value, reason = run_scorer(spec, make_record([-0.1]))
+        assert math.isnan(value) and "not a finite number" in reason
+
+
+def test_hf_statistics_survive_a_minus_inf_logit(hf_model):
+    # a -inf logit (a banned token): entropy stays finite (0 log 0 = 0), KL(U||p) is +inf
+    # and self-certainty refuses instead of reading it as infinitely confident
+    import torch
+
+    from confide.backends.base import GenerationSpec
+
+    banned = hf_model.candidate_token_id(" Paris")
+    hook = hf_model.model.lm_head.register_forward_hook(
+        lambda module, args, out: out.index_fill(-1, torch.tensor([banned]), -math.inf))
+    try:
+        result = hf_model.generate(["The capital of France is"],
+                                   GenerationSpec(max_new_tokens=3), [0])[0]
+    finally:
+        hook.remove()
+    gen = result.greedy
+    assert np.isfinite(gen.token_entropies).all() and (gen.token_entropies >= 0).all()
+    assert np.isposinf(gen.token_kl_uniform).all()
+    value, reason = run_scorer(SCORERS["self_certainty"],
+                               Record(item=Item("x", "q"), greedy=gen))
+    assert math.isnan(value) and "not finite" in reason
+    assert run_scorer(SCORERS["mean_entropy"], Record(item=Item("x", "q"), greedy=gen))[1] is None

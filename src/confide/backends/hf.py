@@ -233,7 +233,7 @@ class HFBackend:
             logp = torch.log_softmax(logits, dim=-1)
             if log_vocab is None:
                 log_vocab = math.log(logp.shape[-1])
-            entropy = -(logp.exp() * logp).sum(-1)
+            entropy = torch.special.entr(logp.exp()).sum(-1)  # 0 log 0 = 0 for -inf logits
             kl_uniform = -log_vocab - logp.mean(-1)
             chosen = self._choose(logits, rows, spec)
             chosen_logp = logp.gather(-1, chosen[:, None]).squeeze(-1)

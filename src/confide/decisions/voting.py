@@ -16,10 +16,22 @@ named) groups them into clusters of equal meaning, with labels
             \hat a = \arg\max_a \sum_i \mathbb 1(a_i = a)\, w_i
 
   :math:`T \to \infty` gives the majority vote, :math:`T \to 0` the single
-  most confident sample. The sample confidence here is the sample's mean
-  token log-probability :math:`c_i = \frac{1}{T_i}\sum_t \log p_t(s_{i,t})`
-  (CISC's "response probability", length-normalised); an empty sample has
-  no recorded token and gets weight 0.
+  most confident sample. The sample confidence is CISC's *response
+  probability* (Taubenfeld et al., 2025, §3 and §4: the model's probability
+  of the sampled response, normalised by its length), i.e. the geometric
+  mean token probability
+
+  .. math:: c_i = \exp\Big(\frac{1}{T_i}\sum_{t=1}^{T_i} \log p_t(s_{i,t})\Big)
+            \in [0, 1],
+
+  and the softmax is taken over these probabilities, not over their
+  logarithms (a softmax of log-probabilities at temperature :math:`T` would
+  weight by :math:`c_i^{1/T}` instead). An empty sample is no answer:
+  probability :math:`c_i = 0` (log-likelihood :math:`-\infty`, the package's
+  rule, see :attr:`confide.records.Generation.empty`), the smallest
+  confidence; and the judge puts every empty sample in a cluster of its own.
+  The default temperature 0.1 is ours (the paper tunes :math:`T` per
+  confidence method on held-out questions).
 
 Ties go to the cluster that appears first in sample order. The chosen
 answer is that cluster's first sample.
@@ -125,9 +137,9 @@ def cisc_vote(labels: ArrayLike, confidence: ArrayLike, *, temperature: float = 
 
     .. math:: \hat a = \arg\max_a \sum_i \mathbb 1(a_i = a)\, w_i
 
-    >>> cisc_vote([0, 0, 1], [-2.0, -2.0, -0.1], temperature=0.5)  # one confident sample wins
+    >>> cisc_vote([0, 0, 1], [0.2, 0.2, 0.9], temperature=0.1)  # one confident sample wins
     1
-    >>> cisc_vote([0, 0, 1], [-2.0, -2.0, -0.1], temperature=100.0)  # ~ majority
+    >>> cisc_vote([0, 0, 1], [0.2, 0.2, 0.9], temperature=100.0)  # ~ majority
     0
     """
     arr = check_labels(labels)
@@ -142,9 +154,11 @@ def cisc_vote(labels: ArrayLike, confidence: ArrayLike, *, temperature: float = 
 
 
 def sample_confidences(record: Any) -> FloatArray:
-    r"""Each sample's mean token log-probability (``-inf`` for an empty sample).
+    r"""Each sample's response probability, length-normalised (0 for an empty sample).
 
-    .. math:: c_i = \frac{1}{T_i}\sum_{t=1}^{T_i} \log p_t(s_{i,t})
+    .. math:: c_i = \exp\Big(\frac{1}{T_i}\sum_{t=1}^{T_i} \log p_t(s_{i,t})\Big)
+
+    CISC's "response probability" (Taubenfeld et al., 2025).
     """
     out = np.empty(len(record.samples))
     for i, s in enumerate(record.samples):
@@ -153,7 +167,7 @@ def sample_confidences(record: Any) -> FloatArray:
                                     "log-probabilities (the backend did not give them)",
                                     field="samples")
         lp = np.asarray(s.token_logprobs, dtype=np.float64)
-        out[i] = lp.mean() if lp.size else -np.inf
+        out[i] = 0.0 if s.empty or lp.size == 0 else float(np.exp(lp.mean()))
     return out
 
 

@@ -43,7 +43,8 @@ def judge(answer: str, item: Item, *, backend: Any = None) -> float:
     a weak, self-favouring judge: name a stronger one through the API with
     ``grade(..., backend=load_model("..."))``). Not measured against the
     human labels here: the bundled 135M model is too weak a judge to be worth
-    the time on the shared CPU.
+    the time on the shared CPU. An empty answer is graded 0 without asking
+    the model (the bundled model gave one 0.25).
 
     References: [1] Zheng et al., 2023, "Judging LLM-as-a-Judge with MT-Bench
     and Chatbot Arena", NeurIPS; [2] Santilli et al., 2025, "Revisiting
@@ -51,6 +52,8 @@ def judge(answer: str, item: Item, *, backend: Any = None) -> float:
     the least length-biased graders).
     """
     references(item)  # items without references cannot be judged
+    if not answer.strip():
+        return 0.0  # an empty answer is never right, whatever the judge model says
     if backend is None:
         raise ConfideError("the judge grader needs a model: pass backend= (confide run passes "
                            "the run's model)")

@@ -155,8 +155,9 @@ def sample_groups(samples: Sequence[Generation], greedy_text: str | None = None,
                   judge: Any = None, item: Any = None) -> list[dict[str, Any]]:
     """Sampled answers grouped into clusters of equal meaning.
 
-    With ``judge`` (a :class:`confide.judges.Judge`), its clusters of
-    ``[greedy, *samples]`` (Kuhn et al., 2023); without, equal text after
+    With ``judge`` (a :class:`confide.judges.Judge`), its clusters of the
+    samples, the greedy answer placed among them (Kuhn et al., 2023);
+    without, equal text after
     :func:`confide.grading.normalize_answer`. Groups are ordered by size
     (largest first; ties by first appearance). Each gives its most frequent raw
     text, its size, up to five distinct raw variants and whether the greedy
@@ -172,9 +173,10 @@ def sample_groups(samples: Sequence[Generation], greedy_text: str | None = None,
     """
     texts = [s.text for s in samples]
     if judge is not None:
-        labels = [int(x) for x in judge.clusters([greedy_text or "", *texts], item)]
-        keys: list[Any] = labels[1:]
-        greedy_key: Any = labels[0] if greedy_text is not None else None
+        clustered = judge.clusters(texts, item)
+        keys: list[Any] = [int(x) for x in clustered]
+        greedy_key: Any = (judge.place(greedy_text, texts, item, clustered)
+                           if greedy_text is not None else None)
     else:
         keys = [normalize_answer(t) for t in texts]
         greedy_key = normalize_answer(greedy_text) if greedy_text is not None else None

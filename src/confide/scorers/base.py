@@ -5,6 +5,15 @@ A scorer maps a :class:`~confide.records.Record` (and, when it asks for one, a
 *confidence*: a float where **higher means more likely correct**. A scorer that
 cannot answer raises :class:`~confide.errors.CannotScore` with the reason; the
 runner stores NaN and keeps the reason. NaN is never read as "confident".
+
+:func:`run_scorer`, the one way the package applies a scorer, enforces two
+rules for every scorer, registered now or later:
+
+* an empty greedy answer (:attr:`Generation.empty <confide.records.Generation.empty>`)
+  is no answer, so there is
+  nothing to put a confidence on: every scorer gives NaN with a reason;
+* a value that is not a finite number (NaN, :math:`\pm\infty`) is stored as
+  NaN with a reason.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ from confide.errors import CannotScore
 from confide.records import Record
 from confide.registry import Registry
 
-__all__ = ["SCORERS", "Cost", "Need", "ScorerSpec", "ScoringContext", "scorer", "run_scorer"]
+__all__ = ["EMPTY_ANSWER", "SCORERS", "Cost", "Need", "ScorerSpec", "ScoringContext", "scorer", "run_scorer"]
 
 
 class Need(str, Enum):
@@ -72,6 +81,7 @@ class ScorerSpec:
 
 
 SCORERS: Registry[ScorerSpec] = Registry("scorer")
+EMPTY_ANSWER = "empty answer: nothing to put a confidence on"
 
 
 def scorer(name: str, *, needs: Iterable[Need] = (), cost: Cost = Cost.FREE,
@@ -91,12 +101,17 @@ def scorer(name: str, *, needs: Iterable[Need] = (), cost: Cost = Cost.FREE,
 
 def run_scorer(spec: ScorerSpec, record: Record, ctx: ScoringContext | None = None
                ) -> tuple[float, str | None]:
-    """Apply one scorer; return ``(confidence, None)`` or ``(nan, reason)``."""
+    """Apply one scorer; return ``(confidence, None)`` or ``(nan, reason)``.
+
+    An empty greedy answer and a non-finite value give ``(nan, reason)``.
+    """
+    if record.greedy.empty:
+        return math.nan, EMPTY_ANSWER
     try:
         value = spec.fn(record, ctx or ScoringContext()) if spec.takes_context else spec.fn(record)
     except CannotScore as exc:
         return math.nan, exc.reason
     value = float(value)
-    if math.isnan(value):
-        return math.nan, "scorer returned NaN"
+    if not math.isfinite(value):
+        return math.nan, f"scorer returned {value} (not a finite number)"
     return value, None

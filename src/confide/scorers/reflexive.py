@@ -26,10 +26,12 @@ import numpy as np
 from confide.backends.base import GenerationSpec, Prompt, item_seed
 from confide.backends.binary import two_way_probability
 from confide.errors import CannotScore
+from confide.features import judge_of
 from confide.records import Item, Record
 from confide.scorers.base import Cost, Need, ScoringContext, scorer
 
-__all__ = ["LINGUISTIC_CONFIDENCE", "P_TRUE_VARIANTS", "VERBALIZED_1S_MAX_NEW_TOKENS",
+__all__ = ["LINGUISTIC_CONFIDENCE", "P_TRUE_VARIANTS", "R_EMPTY", "R_NONE", "R_NO_ANSWER",
+           "R_OTHER_ANSWER", "R_RANGE", "R_SEVERAL", "VERBALIZED_1S_MAX_NEW_TOKENS",
            "VERBALIZED_2S_MAX_NEW_TOKENS", "p_true_prompt", "parse_confidence",
            "question_text", "verbalized_1s_prompt", "verbalized_2s_prompt"]
 
@@ -78,6 +80,8 @@ _LEVEL_RE = re.compile(
     r"(?<![a-z])(" + "|".join(re.escape(p) for p in sorted(_LEVELS, key=len, reverse=True))
     + r")(?![a-z])")
 _KEYWORD_RE = re.compile(r"confiden(?:ce|t)(?:\s+(?:level|score|rating))?", re.IGNORECASE)
+_LABEL_RE = re.compile(_KEYWORD_RE.pattern + r"\s*[:=]", re.IGNORECASE)
+_ANSWER_LABEL_RE = re.compile(r"^\s*(?:final\s+)?answer\s*[:=]", re.IGNORECASE)
 _NUM = r"(\d+(?:\.\d+)?|\.\d+)"
 # Order matters: fractions and ranges before plain numbers.
 _VALUE_RE = re.compile(
@@ -94,6 +98,8 @@ R_EMPTY = "verbalized: empty reply"
 R_NONE = "verbalized: no number or confidence phrase in the reply"
 R_SEVERAL = "verbalized: several numbers, none marked as the confidence"
 R_RANGE = "verbalized: stated confidence outside 0-100"
+R_NO_ANSWER = "verbalized: the reply states no answer to check against the greedy answer"
+R_OTHER_ANSWER = "verbalized: the reply answered something other than the greedy answer"
 
 
 def parse_confidence(reply: str) -> float:
@@ -108,8 +114,10 @@ def parse_confidence(reply: str) -> float:
                           \text{ (see } \texttt{LINGUISTIC\_CONFIDENCE)}
             \end{cases}
 
-    The text after the word "confidence" (or "confident") is read first; a
-    numeric statement wins over a phrase. Without that word, a reply with
+    The text after the word "confidence" (or "confident") is read first,
+    preferring the last one written as a label ("Confidence: 90"), so a
+    "confident" inside the answer is not mistaken for the label; a numeric
+    statement wins over a phrase. Without that word, a reply with
     several different numbers and no percentage is ambiguous. The prompt's own
     scale ("0 to 100") is ignored where the model echoes it.
 
@@ -141,12 +149,14 @@ def parse_confidence(reply: str) -> float:
     --------
     >>> [parse_confidence(s) for s in ["85%", "Confidence: 0.7", "8/10", "very likely"]]
     [0.85, 0.7, 0.8, 0.9]
+    >>> parse_confidence("Answer: I am confident it is 42 / Confidence: 90")
+    0.9
     """
     text = reply.strip().lower().replace("％", "%").replace("–", "-").replace("—", "-")
     if not text:
         raise CannotScore(R_EMPTY)
     text = _SCALE_RE.sub(" ", text)
-    keyword = _KEYWORD_RE.search(text)
+    keyword = _confidence_keyword(text)
     if keyword is not None:
         focus = text[keyword.end():]
         found = _first_value(focus)
@@ -169,6 +179,12 @@ def parse_confidence(reply: str) -> float:
     if found is None:
         raise CannotScore(R_NONE)
     return _checked(found)
+
+
+def _confidence_keyword(text: str) -> re.Match[str] | None:
+    """The last "confidence" written as a label ("Confidence:"), else the first mention."""
+    labels = list(_LABEL_RE.finditer(text))
+    return labels[-1] if labels else _KEYWORD_RE.search(text)
 
 
 def _value(match: re.Match[str]) -> float:
@@ -355,18 +371,27 @@ def verbalized_2s(record: Record, ctx: ScoringContext) -> float:
     return parse_confidence(reply)
 
 
-def _confidence_part(reply: str) -> str:
-    """The part of a one-stage reply that states the confidence (not the answer)."""
-    keyword = _KEYWORD_RE.search(reply)
-    if keyword is not None:
-        return reply[keyword.start():]
-    lines = [ln for ln in reply.strip().splitlines() if ln.strip()]
-    if len(lines) > 1:
-        return "\n".join(lines[1:])
-    percent = re.search(rf"{_NUM}\s*(?:%|percent\b)", reply, re.IGNORECASE)
-    if percent is None:
-        raise CannotScore(R_NONE)
-    return percent.group(0)
+def _split_reply(reply: str) -> tuple[str, str]:
+    """A one-stage reply cut into (its answer, the part that states the confidence).
+
+    The confidence part starts at the last "Confidence:" label; without one,
+    it is the lines after the first, or a lone percentage. The answer is what
+    comes before, without an "Answer:" label.
+    """
+    labels = list(_LABEL_RE.finditer(reply))
+    if labels:
+        answer, part = reply[:labels[-1].start()], reply[labels[-1].start():]
+    else:
+        lines = [ln for ln in reply.strip().splitlines() if ln.strip()]
+        if len(lines) > 1:
+            answer, part = lines[0], "\n".join(lines[1:])
+        else:
+            percent = re.search(rf"{_NUM}\s*(?:%|percent\b)", reply, re.IGNORECASE)
+            if percent is None:
+                raise CannotScore(R_NONE)
+            answer, part = reply[:percent.start()], percent.group(0)
+    answer = _ANSWER_LABEL_RE.sub("", answer.strip()).strip(" \t\n/;|,(-")
+    return answer, part
 
 
 @scorer("verbalized_1s", needs={Need.EXTRA_PROMPT}, cost=Cost.MODEL_CALLS)
@@ -374,17 +399,22 @@ def verbalized_1s(record: Record, ctx: ScoringContext) -> float:
     r"""Verbalized confidence, one stage: the model answers and states its confidence in one reply.
 
     .. math:: (\tilde y, c) = \mathrm{parse}\big(\mathrm{LM}(\text{"Answer, then confidence
-              0 to 100"}, q)\big)
+              0 to 100"}, q)\big), \qquad
+              \text{value} = \begin{cases} c & \tilde y \equiv y \\
+                                           \text{NaN} & \text{otherwise} \end{cases}
 
     This scorer makes **its own extra generation** with
     :func:`verbalized_1s_prompt` (greedy, at most 32 tokens); the run's task
-    prompt and greedy answer are left unchanged. The confidence is the one the
-    model states in that reply (the part after "Confidence", or the lines
-    after the answer line), read by :func:`parse_confidence`, and it is
-    attached to the record's greedy answer :math:`y`: the reply's own answer
-    :math:`\tilde y` usually but not always equals :math:`y`, since the
-    prompt differs. An unreadable reply is NaN with its reason. Cost: one
-    extra generation of up to 32 tokens per record.
+    prompt and greedy answer are left unchanged. The reply is cut into its
+    answer :math:`\tilde y` and the confidence it states (the part from the
+    last "Confidence:" label, or the lines after the answer line), read by
+    :func:`parse_confidence`. The stated confidence is about :math:`\tilde
+    y`, so it is attached to the record's greedy answer :math:`y` only when
+    the run's equivalence judge finds :math:`\tilde y \equiv y`; otherwise
+    (the prompt differs, so the model may answer differently) the value is
+    NaN with the reason :data:`R_OTHER_ANSWER`. An unreadable reply is NaN
+    with its reason. Cost: one extra generation of up to 32 tokens per
+    record (plus one judgment for pair judges).
 
     References: [1] Tian et al., 2023, "Just Ask for Calibration", EMNLP
     (Verb. 1S); [2] Xiong et al., 2024, "Can LLMs Express Their
@@ -396,4 +426,9 @@ def verbalized_1s(record: Record, ctx: ScoringContext) -> float:
                                                             VERBALIZED_1S_MAX_NEW_TOKENS)), ())
     if not reply.strip():
         raise CannotScore(R_EMPTY)
-    return parse_confidence(_confidence_part(reply))
+    answer, part = _split_reply(reply)
+    if not answer:
+        raise CannotScore(R_NO_ANSWER)
+    if not judge_of(ctx).decide(answer, record.greedy.text, record.item).equivalent:
+        raise CannotScore(R_OTHER_ANSWER)
+    return parse_confidence(part)

@@ -5,6 +5,10 @@ from the model for the same prompt :math:`x` (temperature and top-p as stored
 with the run), each with its token log-probabilities; :math:`T_i` is the
 number of tokens of :math:`s_i`. Scores are confidences: higher = more likely
 correct.
+
+An empty sample is no answer (:mod:`confide.features`): its likelihood is 0,
+so the Monte-Carlo entropies refuse a record holding one (their estimate
+would be :math:`-\infty`), and it shares no words with any answer.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import itertools
 
 import numpy as np
 
+from confide.errors import CannotScore
 from confide.features import require_samples, sample_logprobs
 from confide.records import Record
 from confide.scorers.base import Cost, Need, scorer
@@ -29,14 +34,23 @@ def mc_entropy(record: Record) -> float:
     .. math:: c = -\hat H(Y \mid x) = \frac{1}{k}\sum_{i=1}^{k} \log p(s_i \mid x),
               \qquad \log p(s_i \mid x) = \sum_{t=1}^{T_i} \log p_t(s_{i,t})
 
-    Length-biased: longer samples have lower log-likelihood.
+    Length-biased: longer samples have lower log-likelihood. Equals
+    LM-Polygraph's ``MonteCarloSequenceEntropy``, negated.
 
     References: [1] Kadavath et al., 2022, "Language Models (Mostly) Know What
     They Know" (predictive entropy); [2] Kuhn, Gal & Farquhar, 2023, "Semantic
     Uncertainty", ICLR (baseline); [3] Malinin & Gales, 2021, ICLR.
     """
-    samples = require_samples(record)
-    return float(np.mean(sample_logprobs(samples, normalize=False)))
+    return _mean_loglik(record, normalize=False)
+
+
+def _mean_loglik(record: Record, *, normalize: bool) -> float:
+    logp = sample_logprobs(require_samples(record), normalize=normalize)
+    if np.isneginf(logp).any():
+        n = int(np.isneginf(logp).sum())
+        raise CannotScore(f"{n} of {logp.size} samples empty or of probability 0: "
+                          "the entropy estimate is infinite")
+    return float(np.mean(logp))
 
 
 @scorer("mc_entropy_normalized", needs={Need.SAMPLES, Need.TOKEN_LOGPROBS},
@@ -49,9 +63,9 @@ def mc_entropy_normalized(record: Record) -> float:
     References: [1] Malinin & Gales, 2021, "Uncertainty Estimation in
     Autoregressive Structured Prediction", ICLR (length-normalised scores);
     [2] Kuhn, Gal & Farquhar, 2023, ICLR ("normalised entropy" baseline).
+    Equals LM-Polygraph's ``MonteCarloNormalizedSequenceEntropy``, negated.
     """
-    samples = require_samples(record)
-    return float(np.mean(sample_logprobs(samples, normalize=True)))
+    return _mean_loglik(record, normalize=True)
 
 
 @scorer("lexical_similarity", needs={Need.SAMPLES}, cost=Cost.MODEL_CALLS,
@@ -63,7 +77,8 @@ def lexical_similarity(record: Record) -> float:
 
     over word tokens (case-folded, punctuation as separators; the tokenizer
     of the ``rougeL`` grader). Already a confidence: answers that agree
-    lexically score high. Two empty answers count as identical (1).
+    lexically score high. An empty sample is no answer: its similarity to
+    any sample, another empty one included, is 0.
 
     References: [1] Fomicheva et al., 2020, "Unsupervised Quality Estimation
     for Neural Machine Translation", TACL (lexical similarity of samples);
@@ -71,7 +86,7 @@ def lexical_similarity(record: Record) -> float:
     [3] Lin, 2004, "ROUGE", ACL workshop.
     """
     samples = require_samples(record, 2)
-    tokens = [rouge_tokens(s.text) for s in samples]
-    scores = [1.0 if not a and not b else rouge_l_f1(a, b)
+    tokens = [None if s.empty else rouge_tokens(s.text) for s in samples]
+    scores = [0.0 if a is None or b is None else 1.0 if not a and not b else rouge_l_f1(a, b)
               for a, b in itertools.combinations(tokens, 2)]
     return float(np.mean(scores))

@@ -2,9 +2,14 @@ r"""Semantic scorers: how much the sampled answers agree in *meaning*.
 
 Notation: the record holds the greedy answer :math:`y^*` and :math:`k` sampled
 answers :math:`s_1..s_k`. The run's equivalence judge (:mod:`confide.judges`)
-groups them into clusters :math:`C_1..C_m` (greedy answer included, so
-:math:`C(y^*)` is the greedy answer's cluster) and gives a symmetric affinity
-:math:`W \in [0,1]^{k \times k}` between samples, with :math:`W_{jj} = 1`.
+clusters the samples alone into :math:`C_1..C_m` and places the greedy answer
+among them (:math:`C(y^*)` is its cluster, possibly none of the samples'), and
+gives a symmetric affinity :math:`W \in [0,1]^{k \times k}` between samples,
+with :math:`W_{jj} = 1`. An empty sample is no answer: it is equivalent to
+nothing (its own cluster), has affinity 0 to every other sample and
+likelihood 0 (:mod:`confide.features`). Scorers of the sample distribution
+need at least two samples: one sample always forms one cluster, which would
+read as certain.
 Clusters and affinities come from :mod:`confide.features`, computed once per
 record and shared by every scorer here. Scores are confidences: uncertainty
 measures are negated so that higher = more likely correct.
@@ -43,7 +48,7 @@ _SAMPLED = {Need.SAMPLES}
 
 
 def _sample_labels(record: Record, ctx: ScoringContext) -> np.ndarray:
-    require_samples(record)
+    require_samples(record, 2)
     labels: np.ndarray = clusters(record, ctx)
     return labels[1:]
 
@@ -60,14 +65,15 @@ def agreement(record: Record, ctx: ScoringContext) -> float:
     .. math:: c = \frac{1}{k}\sum_{i=1}^{k} \mathbb{1}\big[s_i \in C(y^*)\big]
 
     In [0, 1]; a probability-like confidence (see
-    :func:`confide.metrics.semantic_calibration_error`).
+    :func:`confide.metrics.semantic_calibration_error`). The samples are clustered
+    alone and the greedy answer placed among their clusters; needs two samples or more.
 
     References: [1] Wang et al., 2023, "Self-Consistency Improves Chain of
     Thought Reasoning in Language Models", ICLR; [2] Xiong et al., 2024, "Can
     LLMs Express Their Uncertainty?", ICLR (consistency-based confidence).
     """
+    require_samples(record, 2)
     labels = clusters(record, ctx)
-    require_samples(record)
     return float(np.mean(labels[1:] == labels[0]))
 
 
@@ -76,6 +82,10 @@ def num_sets(record: Record, ctx: ScoringContext) -> float:
     r"""Negated number of semantic clusters among the sampled answers.
 
     .. math:: c = -\,\big|\{C(s_1), \dots, C(s_k)\}\big|
+
+    The samples are clustered alone (the greedy answer plays no part); needs
+    two samples or more. Equals LM-Polygraph's ``NumSemSets``, negated, on the
+    same clusters.
 
     References: [1] Lin, Trivedi & Sun, 2024, "Generating with Confidence:
     Uncertainty Quantification for Black-box Large Language Models", TMLR
@@ -91,7 +101,12 @@ def semantic_entropy(record: Record, ctx: ScoringContext) -> float:
     .. math:: c = \sum_{C} \hat p(C) \log \hat p(C), \qquad
               \hat p(C) = \frac{|\{i : s_i \in C\}|}{k}
 
-    Needs no token probabilities, so it works with any backend.
+    Needs no token probabilities, so it works with any backend. The samples
+    are clustered alone (the greedy answer plays no part); needs two samples
+    or more. Equals LM-Polygraph's ``SemanticEntropy`` with
+    ``class_probability_estimation="frequency"`` (default ``mean``
+    estimation: :math:`-\frac1k\sum_i \log \hat p(C(s_i))`, the same
+    number), negated.
 
     References: [1] Farquhar, Kossen, Kuhn & Gal, 2024, "Detecting
     hallucinations in large language models using semantic entropy", Nature
@@ -108,30 +123,38 @@ def semantic_entropy_weighted(record: Record, ctx: ScoringContext) -> float:
     r"""Negated semantic entropy with cluster probabilities from sequence likelihoods.
 
     .. math::
-        \tilde p(C) = \sum_{s \in C,\ s \text{ unique}} \exp\Big(\frac{1}{T_s}\sum_t
-            \log p_t(s_t)\Big), \quad
-        p(C) = \frac{\tilde p(C)}{\sum_{C'} \tilde p(C')}, \quad
+        \tilde p(s_i) = \exp\Big(\frac{1}{T_i}\sum_{t=1}^{T_i} \log p_t(s_{i,t})\Big), \quad
+        p(C) = \frac{\sum_{i:\, s_i \in C} \tilde p(s_i)}{\sum_{j=1}^{k} \tilde p(s_j)}, \quad
         c = \sum_C p(C) \log p(C)
 
-    Each distinct sample text counts once (repeated samples are the same
-    sequence); its likelihood is length-normalised as in Kuhn et al.
+    The sum runs over **all** samples, repeats included, so a cluster's
+    probability grows with how often it was sampled (Farquhar et al.'s
+    ``sum_normalized`` cluster log-likelihoods and Rao entropy, with
+    length-normalised sample likelihoods). E.g. with
+    :math:`\log\tilde p = -0.1` for "Paris" and :math:`-0.56` for "Lyon",
+    9+1, 5+5 and 1+9 samples give :math:`c = -0.242, -0.667, -0.422`. An
+    empty sample has :math:`\tilde p = 0` (no mass), and at least two samples
+    must have mass, so a record of one answer and empty samples is refused
+    rather than read as certain. LM-Polygraph's
+    ``SemanticEntropy`` (default ``mean`` estimation) instead averages the
+    unnormalised cluster log-likelihoods over the samples,
+    :math:`-\frac1k\sum_i \log \sum_{j: s_j \in C(s_i)} p(s_j)`, with
+    unnormalised sequence likelihoods; we follow Farquhar et al.
 
     References: [1] Kuhn, Gal & Farquhar, 2023, "Semantic Uncertainty:
     Linguistic Invariances for Uncertainty Estimation in Natural Language
-    Generation", ICLR; [2] Farquhar et al., 2024, Nature (normalised cluster
-    probabilities).
+    Generation", ICLR; [2] Farquhar, Kossen, Kuhn & Gal, 2024, "Detecting
+    hallucinations in large language models using semantic entropy", Nature
+    630 (normalised cluster probabilities).
     """
-    samples = require_samples(record)
+    samples = require_samples(record, 2)
     labels = _sample_labels(record, ctx)
     logp = sample_logprobs(samples, normalize=True)
-    seen: set[str] = set()
-    mass = np.zeros(int(labels.max()) + 1)
-    shift = float(logp.max())
-    for text, label, lp in zip((s.text.strip() for s in samples), labels, logp):
-        if text in seen:
-            continue
-        seen.add(text)
-        mass[label] += np.exp(lp - shift)  # shifted for stability; cancels in p(C)
+    if np.isfinite(logp).sum() < 2:
+        raise CannotScore(f"needs at least 2 samples of positive likelihood, the record has "
+                          f"{int(np.isfinite(logp).sum())} (the others are empty)")
+    weight = np.exp(logp - logp.max())  # shifted for stability; cancels in p(C)
+    mass = np.bincount(labels, weights=weight)
     return -_entropy(mass / mass.sum())
 
 
@@ -205,25 +228,33 @@ def eccentricity(record: Record, ctx: ScoringContext) -> float:
 @scorer("kernel_language_entropy", needs=_SAMPLED, cost=Cost.MODEL_CALLS,
         n_samples=DEFAULT_SAMPLES)
 def kernel_language_entropy(record: Record, ctx: ScoringContext) -> float:
-    r"""Negated von Neumann entropy of the unit-trace heat kernel of the samples' graph.
+    r"""Negated von Neumann entropy of the normalised heat kernel of the samples' graph.
 
     .. math::
-        L = D - W, \quad K = \frac{e^{-tL}}{\operatorname{tr} e^{-tL}}, \quad
-        c = \operatorname{tr}(K \log K) = \sum_j \mu_j \log \mu_j, \quad
-        \mu_j = \frac{e^{-t\lambda_j(L)}}{\sum_l e^{-t\lambda_l(L)}}
+        L = D - W, \quad H = e^{-tL}, \quad
+        K_{jl} = \frac{1}{k}\,\frac{H_{jl}}{\sqrt{H_{jj} H_{ll}}}, \quad
+        c = \operatorname{tr}(K \log K) = \sum_j \mu_j \log \mu_j
 
-    with :math:`t = 0.3` (:data:`KLE_TIME`). :math:`k` unrelated samples give
-    :math:`-\log k`.
+    with :math:`\mu_j` the eigenvalues of :math:`K` (unit diagonal divided by
+    :math:`k`, so :math:`\operatorname{tr} K = 1`) and :math:`t = 0.3`
+    (:data:`KLE_TIME`). This is Nikitin et al.'s definition and code
+    (``normalize_kernel`` then division by :math:`k`), as in LM-Polygraph's
+    ``KernelLanguageEntropy`` whose default ``scale=True`` further divides
+    the entropy by :math:`\log k`; we do not scale (the paper's value).
+    :math:`k` unrelated samples give :math:`-\log k`, the least confident
+    value.
 
     References: [1] Nikitin, Kossen, Gal & Marttinen, 2024, "Kernel Language
     Entropy: Fine-grained Uncertainty Quantification for LLMs from Semantic
     Similarities", NeurIPS.
     """
     w = _sample_affinity(record, ctx)
-    lam = np.linalg.eigvalsh(np.diag(w.sum(axis=1)) - w)
-    z = -KLE_TIME * lam
-    mu = np.exp(z - z.max())
-    return -_entropy(mu / mu.sum())
+    lam, vec = np.linalg.eigh(np.diag(w.sum(axis=1)) - w)
+    heat = (vec * np.exp(-KLE_TIME * lam)) @ vec.T  # e^{-tL}, L symmetric
+    d = np.sqrt(np.diag(heat))
+    kernel = heat / np.outer(d, d) / len(w)
+    mu = np.clip(np.linalg.eigvalsh(kernel), 0.0, None)  # PSD; clip rounding below 0
+    return -_entropy(mu)
 
 
 # ---------------------------------------------------------------------------
@@ -313,7 +344,9 @@ def cocoa(record: Record, ctx: ScoringContext) -> float:
               \frac{1}{k}\sum_{i=1}^{k}\big(1 - W_{y^*, s_i}\big)
 
     :math:`W` is the judge's affinity (greedy answer against each sample);
-    :math:`-\log P(y^*|x)` is the MSP uncertainty (CoCoA\ :sub:`MSP`).
+    :math:`-\log P(y^*|x)` is the MSP uncertainty (CoCoA\ :sub:`MSP`). Equals
+    LM-Polygraph's ``CocoaMSP``, negated, on the same similarities. An empty
+    sample has affinity 0 to the greedy answer.
 
     References: [1] Vashurin et al., 2025, "Uncertainty Quantification for
     LLMs through Minimum Bayes Risk: Bridging Confidence and Consistency"
@@ -322,7 +355,12 @@ def cocoa(record: Record, ctx: ScoringContext) -> float:
     require_samples(record)
     if record.greedy.token_logprobs is None:
         raise CannotScore("the backend gave no token logprobs")
-    u = -float(np.sum(np.asarray(record.greedy.token_logprobs, dtype=np.float64)))
+    logp = np.asarray(record.greedy.token_logprobs, dtype=np.float64)
+    if logp.size == 0:
+        raise CannotScore("empty answer: no tokens to score")
+    if not np.isfinite(logp).all():
+        raise CannotScore("the greedy answer has a non-finite token log-probability")
+    u = -float(np.sum(logp))
     w = affinity(record, ctx)
     return -u * float(np.mean(1.0 - w[0, 1:]))
 

@@ -21,7 +21,12 @@ def _stat(gen: Generation, name: str) -> np.ndarray:
         raise CannotScore(f"the backend gave no {name.replace('_', ' ')}")
     if len(values) == 0:
         raise CannotScore("empty answer: no tokens to score")
-    return np.asarray(values, dtype=np.float64)
+    out = np.asarray(values, dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(out))
+    if bad.size:  # e.g. a -inf logit: KL(U || p) is infinite, 0 log 0 read as NaN
+        raise CannotScore(f"{name.replace('_', ' ')} not finite at token {int(bad[0]) + 1} "
+                          f"({out[bad[0]]})")
+    return out
 
 
 @scorer("msp", needs={Need.TOKEN_LOGPROBS})
@@ -95,7 +100,10 @@ def self_certainty(record: Record) -> float:
           = \frac{1}{T}\sum_{t=1}^{T}\Big(-\log V - \frac{1}{V}\sum_{v=1}^{V}\log p_t(v)\Big)
 
     Needs every logit at every step, so only backends with the full
-    distribution (``hf``) can give it.
+    distribution (``hf``) can give it. A step where some token has
+    probability 0 (a :math:`-\infty` logit, e.g. a masked token) has
+    :math:`\mathrm{KL}(U \| p_t) = +\infty`; such a record is refused (NaN
+    with the reason), never read as infinitely confident.
 
     References: [1] Kang, Zhao, Zhang, Song & Levine, 2025, "Scalable
     Best-of-N Selection for Large Language Models via Self-Certainty",

@@ -1,0 +1,288 @@
+"""The contract every registered scorer, grader and metric obeys.
+
+Like scikit-learn's common estimator checks, these tests are parametrised over
+the registries (``SCORERS``, ``GRADERS``, ``METRICS``), so a newly registered
+method is covered without writing a test.
+
+Scorers run on degenerate records built from **real** generations of the
+bundled model (fixture ``hf_model``): greedy answers and samples with every
+token statistic the ``hf`` backend gives (log-probabilities, entropies,
+KL from uniform, top-k alternatives, hidden states). Scorers that ask the
+model a second question get the same real backend; clustering uses the
+``exact`` judge (the default for TriviaQA), the embedding-based scorers the
+bundled all-MiniLM-L6-v2 encoder. Needs exercised: every :class:`Need` except
+``TRAINING`` (a scorer that must be fitted first cannot be fitted generically;
+such a scorer is skipped here with that reason and needs its own test).
+
+Rules checked, for every scorer and every degenerate record:
+
+* the value is a finite number, or NaN with a reason (never an exception,
+  never :math:`\\pm\\infty`);
+* two calls give the same value; reversing the samples gives the same value
+  (not re-run for scorers that only ask the model about the greedy answer:
+  each call is a generation on the shared CPU);
+* an empty answer is never read as confident: an empty greedy answer is NaN;
+  samples that are all empty never score above identical samples (strictly
+  below for scorers that read the samples); an empty sample added to a record
+  never raises its confidence.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from confide.backends.base import GenerationSpec
+from confide.errors import ConfideError, InvalidInputError
+from confide.grading import GRADERS, grade
+from confide.judges import ExactJudge
+from confide.metrics import METRICS, UndefinedMetricWarning
+from confide.records import Generation, Item, Record
+from confide.scorers import SCORERS, Need, ScoringContext, run_scorer
+
+N_SAMPLES = 4
+SCORER_NAMES = sorted(SCORERS)
+
+
+# ----------------------------------------------------------------------- records
+
+
+def _empty() -> Generation:
+    return Generation(text="", token_ids=[], tokens=[],
+                      token_logprobs=np.zeros(0, np.float32),
+                      token_entropies=np.zeros(0, np.float32),
+                      token_kl_uniform=np.zeros(0, np.float32),
+                      top_logprobs=np.zeros((0, 5), np.float32), top_tokens=[])
+
+
+def _first_token(gen: Generation) -> Generation:
+    """The answer cut to its first token, every statistic cut alike."""
+    return Generation(
+        text=gen.tokens[0], token_ids=gen.token_ids[:1], tokens=gen.tokens[:1],
+        token_logprobs=gen.token_logprobs[:1], token_entropies=gen.token_entropies[:1],
+        token_kl_uniform=gen.token_kl_uniform[:1],
+        top_logprobs=None if gen.top_logprobs is None else gen.top_logprobs[:1],
+        top_tokens=None if gen.top_tokens is None else gen.top_tokens[:1],
+        hidden=gen.hidden)
+
+
+def _non_finite(gen: Generation) -> Generation:
+    """A -inf log-probability, a NaN entropy and an infinite KL at the first token."""
+    lp, ent, kl = (np.array(a, dtype=np.float32) for a in
+                   (gen.token_logprobs, gen.token_entropies, gen.token_kl_uniform))
+    lp[0], ent[0], kl[0] = -np.inf, np.nan, np.inf
+    return replace(gen, token_logprobs=lp, token_entropies=ent, token_kl_uniform=kl)
+
+
+@pytest.fixture(scope="module")
+def generations(hf_model):
+    """Real greedy answers and samples of the bundled model for a few TriviaQA items."""
+    from confide.tasks import load_task
+
+    task = load_task("triviaqa", limit=6)
+    spec = GenerationSpec(max_new_tokens=8, stop=("\n",), n_samples=N_SAMPLES,
+                          top_k_alternatives=5, hidden_layers=(-1,))
+    results = hf_model.generate([task.render(it, chat=True) for it in task.items], spec,
+                                list(range(len(task.items))))
+    usable = [(it, r) for it, r in zip(task.items, results, strict=True)
+              if r.greedy is not None and r.greedy.text.strip() and r.greedy.n_tokens >= 2
+              and all(s.text.strip() for s in r.samples)]
+    assert len(usable) >= 2, "the bundled model gave too few non-empty answers"
+    return usable
+
+
+def _records(generations) -> dict[str, Record]:
+    (item, result), others = generations[0], generations[1:]
+    greedy, samples = result.greedy, list(result.samples)
+    distinct = list(dict.fromkeys(ExactJudge().key(r.greedy.text) for _, r in generations))
+    distinct_samples = [next(r.greedy for _, r in generations if ExactJudge().key(r.greedy.text)
+                             == key) for key in distinct]
+    with_empty = [samples[0], _empty(), *samples[1:]]
+    return {
+        "real": Record(item, greedy, samples),
+        "empty_greedy": Record(item, _empty(), samples),
+        "empty_sample": Record(item, greedy, with_empty),
+        "all_empty": Record(item, greedy, [_empty() for _ in samples]),
+        "one_sample": Record(item, greedy, samples[:1]),
+        "identical": Record(item, greedy, [replace(greedy) for _ in samples]),
+        "distinct": Record(item, greedy, distinct_samples),
+        "one_token": Record(item, _first_token(greedy), [_first_token(s) for s in samples]),
+        "non_finite": Record(item, _non_finite(greedy), [_non_finite(samples[0]), *samples[1:]]),
+    }
+
+
+CASES = ["real", "empty_greedy", "empty_sample", "all_empty", "one_sample", "identical",
+         "distinct", "one_token", "non_finite"]
+
+
+@pytest.fixture(scope="module")
+def records(generations):
+    out = _records(generations)
+    assert len(out["distinct"].samples) >= 2
+    return out
+
+
+@pytest.fixture(scope="module")
+def score(hf_model):
+    """Score a record with one scorer in a fresh context (no cache shared between calls)."""
+
+    def apply(name: str, record: Record) -> tuple[float, str | None]:
+        spec = SCORERS[name]
+        if Need.TRAINING in spec.needs:
+            pytest.skip(f"{name} must be fitted on graded records first; the contract "
+                        "cannot fit it generically")
+        ctx = ScoringContext(backend=hf_model, judge=ExactJudge(),
+                             options={"seed": 0, "verbalized_1s_max_new_tokens": 12,
+                                      "verbalized_2s_max_new_tokens": 4})
+        return run_scorer(spec, record, ctx)
+
+    return apply
+
+
+@pytest.fixture(scope="module")
+def first(score, records):
+    """The first call's result per (scorer, case), shared by the checks that only read it."""
+    memo: dict[tuple[str, str], tuple[float, str | None]] = {}
+
+    def get(name: str, case: str) -> tuple[float, str | None]:
+        if (name, case) not in memo:
+            memo[name, case] = score(name, records[case])
+        return memo[name, case]
+
+    return get
+
+
+def _reads_samples(name: str) -> bool:
+    # Scorers that ask the model a second question about the greedy answer alone are
+    # not re-run on reversed samples: each run is a generation on the shared CPU.
+    needs = SCORERS[name].needs
+    return Need.SAMPLES in needs or Need.EXTRA_PROMPT not in needs
+
+
+def _same(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-7, abs=1e-9)
+
+
+# ----------------------------------------------------------------------- scorers
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("name", SCORER_NAMES)
+def test_scorer_gives_a_finite_value_or_nan_with_a_reason(name, case, first):
+    value, reason = first(name, case)
+    assert isinstance(value, float)
+    if math.isnan(value):
+        assert isinstance(reason, str) and reason.strip(), f"{name} on {case}: NaN, no reason"
+    else:
+        assert math.isfinite(value) and reason is None, (name, case, value, reason)
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("name", SCORER_NAMES)
+def test_scorer_is_deterministic_and_ignores_sample_order(name, case, records, score, first):
+    record = records[case]
+    value, why = first(name, case)
+    again, why_again = score(name, record)
+    assert _same(value, again) and why == why_again, (name, case, value, again)
+    if len(record.samples) >= 2 and _reads_samples(name):
+        flipped, _ = score(name, replace(record, samples=record.samples[::-1]))
+        assert _same(value, flipped), f"{name} on {case}: {value} vs {flipped} reversed"
+
+
+@pytest.mark.parametrize("name", SCORER_NAMES)
+def test_an_empty_greedy_answer_is_never_scored(name, first):
+    value, reason = first(name, "empty_greedy")
+    assert math.isnan(value) and "empty answer" in reason
+
+
+@pytest.mark.parametrize("name", SCORER_NAMES)
+def test_empty_samples_never_score_above_identical_samples(name, first):
+    empty, _ = first(name, "all_empty")
+    identical, why = first(name, "identical")
+    if math.isnan(empty):
+        return
+    assert why is None, f"{name}: all-empty samples scored {empty} but identical ones: {why}"
+    if Need.SAMPLES in SCORERS[name].needs:
+        assert empty < identical, f"{name}: empty samples {empty} >= identical {identical}"
+    else:
+        assert empty <= identical
+
+
+@pytest.mark.parametrize("name", SCORER_NAMES)
+def test_an_empty_sample_never_raises_confidence(name, first):
+    with_empty, _ = first(name, "empty_sample")
+    without, _ = first(name, "real")
+    if math.isnan(with_empty) or math.isnan(without):
+        return
+    assert with_empty <= without + 1e-12, f"{name}: {with_empty} with an empty sample > {without}"
+
+
+# ----------------------------------------------------------------------- graders
+
+ITEM = Item("c", "Capital of France?", ["Paris", "Ville Lumière"],
+            {"choices": ["Paris", "Lyon"], "tools": []})
+ANSWERS = {"empty": "", "blank": " \n\t", "unicode": "Ville Lumière 🗼 — パリ",
+           "huge": "Paris " * 20_000, "right": "Paris", "wrong": "Lyon"}
+
+
+@pytest.mark.parametrize("answer", sorted(ANSWERS))
+@pytest.mark.parametrize("name", sorted(GRADERS))
+def test_grader_value_in_unit_interval_or_clear_error(name, answer, hf_model):
+    options = {"backend": hf_model} if GRADERS[name].needs_backend else {}
+    if answer == "huge" and GRADERS[name].needs_backend:
+        pytest.skip("a 120,000-character prompt to the bundled model needs memory growing "
+                    "with the square of its length; not run on the shared machine")
+    text = ANSWERS[answer]
+    try:
+        value = grade(text, ITEM, name, **options)
+    except ConfideError as exc:  # a clear, typed error is allowed; a crash is not
+        assert str(exc).strip()
+        return
+    assert 0.0 <= value <= 1.0, (name, answer, value)
+    assert grade(text, ITEM, name, **options) == value  # deterministic
+    if answer in ("empty", "blank"):
+        assert value == 0.0, f"{name} gives an empty answer {value}"
+
+
+# ----------------------------------------------------------------------- metrics
+
+RNG_CONF = np.random.default_rng(0).uniform(0.05, 0.95, 40)
+MIXED = (np.arange(40) % 3 == 0).astype(float)
+METRIC_CASES = {
+    "all_correct": (RNG_CONF, np.ones(40)),
+    "all_wrong": (RNG_CONF, np.zeros(40)),
+    "constant_confidence": (np.full(40, 0.7), MIXED),
+    "mixed": (RNG_CONF, MIXED),
+}
+
+
+@pytest.mark.parametrize("case", sorted(METRIC_CASES))
+@pytest.mark.parametrize("name", sorted(METRICS))
+def test_metric_is_finite_or_nan_with_a_warning(name, case):
+    confidence, correct = METRIC_CASES[case]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        value = METRICS[name].fn(confidence, correct)
+    value = float(value)
+    undefined = [w for w in caught if issubclass(w.category, UndefinedMetricWarning)]
+    if math.isnan(value):
+        assert undefined, f"{name} on {case}: NaN without an UndefinedMetricWarning"
+    else:
+        assert math.isfinite(value), (name, case, value)
+    order = np.random.default_rng(1).permutation(40)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        shuffled = float(METRICS[name].fn(confidence[order], correct[order]))
+    assert _same(value, shuffled), f"{name} on {case} depends on record order"
+
+
+@pytest.mark.parametrize("name", sorted(METRICS))
+def test_metric_refuses_nan_confidence_clearly(name):
+    confidence = RNG_CONF.copy()
+    confidence[3] = np.nan
+    with pytest.raises(InvalidInputError, match="confidence"):
+        METRICS[name].fn(confidence, MIXED)
