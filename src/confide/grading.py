@@ -232,7 +232,8 @@ def exact(answer: str, item: Item) -> float:
     References that normalise to the empty string (for example a lone emoji)
     are ignored. Strict: a correct answer inside a sentence scores 0.
 
-    Measured against human labels (``benchmarks/graders.py``, EVOUNA TriviaQA,
+    Measured against human labels (``CONFIDE_DATA_DIR=<data folder> python
+    benchmarks/graders.py``; add ``--max-words 3`` for short answers; EVOUNA TriviaQA,
     9,690 answers of 5 systems, human accuracy 0.848): accuracy 0.363,
     Cohen's κ 0.091; it rejects 75% of correct answers, and the longer the
     answer the likelier (Spearman ρ(false negative, length) = 0.72). Use it
@@ -288,7 +289,8 @@ def contains(answer: str, item: Item) -> float:
     lists several candidates is counted correct if any is an alias. References
     normalising to "" are ignored.
 
-    Measured against human labels (``benchmarks/graders.py``, EVOUNA TriviaQA,
+    Measured against human labels (``CONFIDE_DATA_DIR=<data folder> python
+    benchmarks/graders.py``; add ``--max-words 3`` for short answers; EVOUNA TriviaQA,
     9,690 answers of 5 systems, human accuracy 0.848): accuracy 0.910,
     Cohen's κ 0.716; false positives 1.5% of wrong answers (ρ with length
     0.13), false negatives 10.3% of right answers (ρ with length 0.07) —
@@ -366,7 +368,8 @@ def f1(answer: str, item: Item, *, threshold: float | None = None) -> float:
     An answer that normalises to nothing scores 0. Continuous: long answers
     lose precision, so F1 penalises verbose correct answers.
 
-    Measured against human labels (``benchmarks/graders.py``, EVOUNA TriviaQA,
+    Measured against human labels (``CONFIDE_DATA_DIR=<data folder> python
+    benchmarks/graders.py``; add ``--max-words 3`` for short answers; EVOUNA TriviaQA,
     9,690 answers of 5 systems, human accuracy 0.848): AUROC 0.908 of the
     raw F1; thresholded at 0.5: accuracy 0.432, κ 0.122, with a strong length
     bias (ρ(false negative, length) = 0.76); the best threshold is very low
@@ -458,7 +461,8 @@ def rouge_l(answer: str, item: Item, *, threshold: float | None = None) -> float
     letter. On ASCII text the two agree exactly (tested against
     ``rouge_score.rouge_scorer`` with ``use_stemmer=False``).
 
-    Measured against human labels (``benchmarks/graders.py``, EVOUNA TriviaQA,
+    Measured against human labels (``CONFIDE_DATA_DIR=<data folder> python
+    benchmarks/graders.py``; add ``--max-words 3`` for short answers; EVOUNA TriviaQA,
     9,690 answers of 5 systems, human accuracy 0.848): AUROC 0.881;
     thresholded at 0.5: accuracy 0.416, κ 0.114, ρ(false negative, length) =
     0.76; best threshold 0.05: accuracy 0.889, κ 0.576. On answers of at
@@ -572,7 +576,8 @@ def numeric(answer: str, item: Item, *, tolerance: float = 1e-6,
     -----
     Not measured against human labels (the EVOUNA set holds no numeric
     tasks); checked by hand-made cases and by grading every bundled GSM8K
-    worked solution against its own final answer (all correct).
+    worked solution against its own final answer (all correct;
+    ``pytest tests/test_tasks.py -k gsm8k``).
 
     References
     ----------
@@ -953,7 +958,8 @@ def ast_match(answer: str, item: Item) -> float:
     -----
     Not measured against human labels. Every one of the 2,351 BFCL v4
     ground truths in the shared data, written back as a JSON call and as a
-    Python call, grades 1.0 (``tests/test_tasks.py``).
+    Python call, grades 1.0 (``CONFIDE_DATA_DIR=<data folder> pytest
+    tests/test_tasks.py -k bfcl_full``).
 
     References
     ----------
@@ -1054,10 +1060,11 @@ def embedding(answer: str, item: Item, *, threshold: float = 0.75) -> float:
     (``get_model_path()``), once per process; embeddings are cached per text.
     An empty answer scores 0.0.
 
-    Measured against human labels (``benchmarks/graders.py``, EVOUNA
-    TriviaQA): on answers of at most 3 words (2,731) AUROC 0.984, and at the
-    default 0.75 accuracy 0.935, κ 0.793 (best threshold 0.65: κ 0.803). On
-    all 9,690 answers (median 12 words; references are short aliases) the
+    Measured against human labels (``CONFIDE_DATA_DIR=<data folder> python
+    benchmarks/graders.py``, EVOUNA TriviaQA; short answers: ``--max-words 3``):
+    on answers of at most 3 words (2,731) AUROC 0.984, and at the default
+    0.75 accuracy 0.935, κ 0.793 (best threshold 0.65: κ 0.803). On all 9,690
+    answers (median 12 words; references are short aliases) the
     default threshold is far too strict: accuracy 0.419, κ 0.112, with
     false negatives rising with answer length (Spearman ρ = 0.72); there the
     best threshold is 0.35 (accuracy 0.877, κ 0.528, AUROC 0.869). Lower
