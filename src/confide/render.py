@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 from rich.console import Console, RenderableType
 from rich.markup import escape
@@ -44,7 +45,7 @@ def print_table(console: Console, columns: Sequence[str | Column],
     even alone (a summary) gets a table to itself and wraps within it.
     """
     specs = [c if isinstance(c, Column) else Column(c) for c in columns]
-    specs[0].no_wrap = True
+    specs[0] = replace(specs[0], no_wrap=True)
     groups: list[list[int]] = []
     for j in range(1, len(specs)):
         if groups and _width(console, specs, rows, [0, *groups[-1], j]) <= console.width:
