@@ -22,9 +22,10 @@ system) pairs:
 - for continuous graders, ``AUROC`` of the raw value against the label, and
   the threshold with the best κ.
 
-Run: ``python benchmarks/graders.py [--data PATH] [--no-embedding] [--max-words N]``
-(``--max-words 3`` measures short answers only, the shape confide's
-short-answer prompts ask for).
+Run: ``CONFIDE_DATA_DIR=<data folder> .venv/bin/python benchmarks/graders.py
+[--no-embedding] [--max-words N]`` (or ``--data PATH`` to the JSON file;
+``--max-words 3`` measures short answers only, the shape confide's
+short-answer prompts ask for). The grader docstrings quote its figures.
 ``numeric``, ``choice`` and ``ast`` do not apply to free-text trivia answers
 and are not measured here.
 """
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -46,7 +48,7 @@ from confide.grading import GRADERS, embed_texts
 from confide.records import Item
 
 SYSTEMS = ("fid", "gpt35", "chatgpt", "gpt4", "newbing")
-DEFAULT_DATA = Path("/work/shared/data/labeled_generations/evouna_TQ.json")
+DATA_FILE = "labeled_generations/evouna_TQ.json"  # inside $CONFIDE_DATA_DIR
 BINARY = {"exact": {}, "contains": {}, "f1@0.5": {"threshold": 0.5},
           "rougeL@0.5": {"threshold": 0.5}, "embedding@0.75": {"threshold": 0.75}}
 CONTINUOUS = ("f1", "rougeL")
@@ -91,11 +93,16 @@ def agreement(pred: np.ndarray, human: np.ndarray, length: np.ndarray) -> dict[s
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--data", type=Path, default=None,
+                    help=f"the EVOUNA JSON file (default: $CONFIDE_DATA_DIR/{DATA_FILE})")
     ap.add_argument("--no-embedding", action="store_true")
     ap.add_argument("--max-words", type=int, default=None,
                     help="keep only answers of at most this many words")
     args = ap.parse_args(argv)
+    if args.data is None:
+        if not os.environ.get("CONFIDE_DATA_DIR"):
+            ap.error(f"give --data, or set CONFIDE_DATA_DIR to the folder holding {DATA_FILE}")
+        args.data = Path(os.environ["CONFIDE_DATA_DIR"]) / DATA_FILE
     data = load(args.data)
     if args.max_words is not None:
         data = [d for d in data if len(d[1].split()) <= args.max_words]

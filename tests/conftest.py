@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -14,6 +17,22 @@ def hf_model():
     from confide.backends.hf import HFBackend
 
     return HFBackend("smollm2", batch_size=4)
+
+
+@pytest.fixture(scope="session")
+def full_data() -> Path:
+    """The folder of the full public datasets, named by ``$CONFIDE_DATA_DIR``.
+
+    ``.ci/run`` sets it to ``shared/data`` beside the clone. Unset, the test is
+    skipped and says why; set to a folder that is not there, the test fails.
+    """
+    value = os.environ.get("CONFIDE_DATA_DIR")
+    if not value:
+        pytest.skip("CONFIDE_DATA_DIR is not set (the folder of the full public datasets)")
+    path = Path(value)
+    if not path.is_dir():
+        pytest.fail(f"CONFIDE_DATA_DIR={value} is not a folder")
+    return path
 
 
 @pytest.fixture

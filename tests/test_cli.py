@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 
+from rich.cells import cell_len
 from typer.testing import CliRunner
 
 from confide.cli import app
@@ -90,11 +93,21 @@ def test_cli_export(tmp_path):
 
 
 def test_cli_run_small_real_model(tmp_path):
+    from confide.runner import DEFAULT_SCORERS
+
     result = runner.invoke(app, ["run", "--limit", "4", "--max-new-tokens", "10",
-                                 "--batch-size", "4", "--out", str(tmp_path / "r")],
-                           env={"COLUMNS": "200"})
+                                 "--batch-size", "4", "--out", str(tmp_path / "r"),
+                                 "--json", str(tmp_path / "run.json")], env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
-    assert "self_certainty" in result.output and "accuracy (contains)" in result.output
+    assert "accuracy (contains)" in result.output
+    _assert_fits_80_with_names(result.output, DEFAULT_SCORERS)
+    # `confide run --json` writes what `confide eval --json` writes for the same run
+    evaluated = runner.invoke(app, ["eval", str(tmp_path / "r"), "--json",
+                                    str(tmp_path / "eval.json")])
+    assert evaluated.exit_code == 0, evaluated.output
+    from_run = json.loads((tmp_path / "run.json").read_text())
+    assert from_run == json.loads((tmp_path / "eval.json").read_text())
+    assert {row["scorer"] for row in from_run["scorers"]} == set(DEFAULT_SCORERS)
     again = runner.invoke(app, ["run", "--limit", "4", "--max-new-tokens", "10",
                                 "--batch-size", "4", "--out", str(tmp_path / "r")])
     assert "nothing generated" in again.output
@@ -113,3 +126,56 @@ def test_cli_on_bad_record_skip_counts_and_reports(tmp_path):
     assert "2 bad record(s) skipped" in result.output
     assert "mixed.jsonl:2" in result.output and "mixed.jsonl:3" in result.output
     assert "on 2 graded of 2 items" in result.output
+
+
+# -- readable in a pipe: 80 columns, names whole -------------------------------------
+
+
+def _piped(*args, **env):
+    """`confide ARGS | cat`: stdout is a pipe, and COLUMNS says 80."""
+    done = subprocess.run([sys.executable, "-m", "confide.cli", *args], capture_output=True,
+                          text=True, env={**os.environ, "COLUMNS": "80", **env}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _assert_fits_80_with_names(out, names):
+    assert "…" not in out  # Rich's mark of a cut cell
+    assert max(cell_len(line) for line in out.splitlines()) <= 80
+    missing = [n for n in names if not re.search(rf"(?<![\w:]){re.escape(n)}(?![\w:])", out)]
+    assert not missing, f"names cut or missing: {missing}\n{out}"
+
+
+def test_cli_listings_keep_names_whole_at_80_columns():
+    from confide.grading import GRADERS
+    from confide.metrics import METRICS
+    from confide.scorers import SCORERS
+    from confide.tasks import TASKS
+
+    _assert_fits_80_with_names(_piped("scorers"), sorted(SCORERS))
+    metrics_out = _piped("metrics")
+    _assert_fits_80_with_names(metrics_out, sorted(METRICS))
+    # a summary wraps into a few lines at most, not a dozen
+    assert len(metrics_out.splitlines()) <= 4 * len(METRICS) + 12
+    tasks_out = _piped("tasks")
+    _assert_fits_80_with_names(tasks_out, sorted(TASKS))
+    assert {t.grader for t in TASKS.values()} <= set(GRADERS)
+    _assert_fits_80_with_names(tasks_out, sorted({t.grader for t in TASKS.values()}))
+
+
+def test_cli_eval_table_keeps_every_scorer_name_whole_at_80_columns(tmp_path):
+    from confide.scorers import SCORERS
+
+    names = sorted(SCORERS)
+    with RunStore.open(tmp_path / "run", {"scorers": names, "grader": "contains",
+                                          "seed": 0}) as store:
+        for i in range(12):
+            rec = make_record([-0.1 * (i + 1)], item_id=f"i{i}")
+            rec.scores = {name: -0.1 * (i + 1) + 0.01 * k for k, name in enumerate(names)}
+            rec.grades = {"contains": float(i < 6)}
+            store.put(rec, i)
+    out = _piped("eval", str(tmp_path / "run"), "--metrics", "auroc,prr,aurc",
+                 "--resamples", "50")
+    _assert_fits_80_with_names(out, names)
+    for header in ("AUROC [95% CI]", "PRR [95% CI]", "AURC [95% CI]", "ρ(conf, length)"):
+        assert header in out

@@ -35,14 +35,22 @@ def test_builtin_task_loads_well_formed_items(name):
 @pytest.mark.parametrize("name", sorted(TASKS))
 def test_builtin_task_renders_chat_and_completion(name):
     task = load_task(name, limit=3)
+    bare = load_task(name, limit=3, num_fewshot=0)
     for it in task.items:
         msgs = task.render(it, chat=True)
         assert isinstance(msgs, list) and msgs[-1]["role"] == "user"
         assert all(set(m) == {"role", "content"} for m in msgs)
+        assert it.prompt in msgs[-1]["content"]
+        assert sum(m["role"] == "user" for m in msgs) == task.chat_fewshot + 1
         text = task.render(it, chat=False)
-        assert isinstance(text, str)
-        # exemplars come before the evaluated question, which comes last
-        assert text.rstrip().endswith(task.render(it, chat=False).rstrip().splitlines()[-1])
+        exemplars = task.exemplars(it, task.num_fewshot)
+        assert len(exemplars) == task.num_fewshot
+        # the exemplars come first, in order, then the evaluated question ...
+        starts = [text.index(ex.prompt) for ex in exemplars] + [text.rindex(it.prompt)]
+        assert starts == sorted(set(starts))
+        # ... and what follows the question is what follows it without exemplars
+        tail = text[starts[-1]:]
+        assert bare.render(it, chat=False).endswith(tail) and tail.strip() != it.prompt.strip()
 
 
 def test_triviaqa_items_and_prompts():
@@ -341,7 +349,6 @@ def test_bfcl_items_tools_and_ground_truth_self_match():
         load_task("bfcl", category="multi_turn")
 
 
-SHARED = Path("/work/shared/data")
 FULL = {
     "triviaqa": ("triviaqa/triviaqa_sm_sub.jsonl", 2995),
     "gsm8k": ("gsm8k/test.jsonl", 1311),
@@ -355,10 +362,10 @@ FULL = {
 
 
 @pytest.mark.parametrize("name", sorted(FULL))
-def test_builtin_task_reads_full_shared_file(name):
+def test_builtin_task_reads_full_shared_file(name, full_data):
     rel, size = FULL[name]
-    assert (SHARED / rel).exists(), f"shared data missing: {SHARED / rel}"
-    task = load_task(name, data_path=str(SHARED / rel))
+    assert (full_data / rel).exists(), f"full data file missing: {full_data / rel}"
+    task = load_task(name, data_path=str(full_data / rel))
     assert len(task.items) == size and not task.skipped
 
 
@@ -366,11 +373,11 @@ def test_every_builtin_task_is_tested_on_full_data():
     assert set(FULL) == set(TASKS)
 
 
-def test_bfcl_full_ground_truth_self_match_json_and_python():
+def test_bfcl_full_ground_truth_self_match_json_and_python(full_data):
     from confide.grading import ast_match
 
-    assert (SHARED / "bfcl").exists(), f"shared data missing: {SHARED / 'bfcl'}"
-    for it in load_task("bfcl", data_path=str(SHARED / "bfcl")).items:
+    assert (full_data / "bfcl").exists(), f"full data folder missing: {full_data / 'bfcl'}"
+    for it in load_task("bfcl", data_path=str(full_data / "bfcl")).items:
         calls = [(name, first_allowed(args))
                  for call in it.metadata["ground_truth"] for name, args in call.items()]
         as_json = json.dumps([{"name": n, "arguments": a} for n, a in calls])

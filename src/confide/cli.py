@@ -17,7 +17,6 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from confide.errors import ConfideError, InvalidInputError
 
@@ -99,10 +98,11 @@ def run(
                              ] = None,
     on_bad_record: Annotated[str, typer.Option(
         help="raise: stop at a malformed data record; skip: skip it and count it")] = "raise",
+    json_out: Annotated[Optional[Path], typer.Option(
+        "--json", help="write the table as JSON (as confide eval --json)")] = None,
 ) -> None:
     """Generate, score, grade and store a run; print how well each scorer predicts correctness."""
     from confide import api
-    from confide.render import render_eval_table
     from confide.runner import DEFAULT_SCORERS, RunConfig
 
     chosen = tuple(s.strip() for s in scorers.split(",") if s.strip()) if scorers \
@@ -130,9 +130,7 @@ def run(
                 f"Resume with: confide {' '.join(shlex.quote(a) for a in sys.argv[1:])}"
                 + ("" if out else f" --out {shlex.quote(str(target))}"))
             raise typer.Exit(130) from None
-        result = api.Run(target, outcome=outcome)
-        table = result.table
-    render_eval_table(console, table, title=f"{target}", skipped=result.skipped_scorers)
+    eval_(target, json_out=json_out)  # the table of `confide eval RUN`, by the same code
     if outcome.generated:
         rate = outcome.generated_tokens / max(outcome.generation_seconds, 1e-9)
         console.print(f"generated {outcome.generated} item(s) in "
@@ -192,26 +190,27 @@ def compare(
 @app.command()
 def scorers() -> None:
     """List the registered scorers with what they need."""
+    from confide.render import print_table
     from confide.scorers import SCORERS
 
-    out = Table("scorer", "needs", "cost", "summary")
-    for spec in SCORERS.values():
-        out.add_row(spec.name, ", ".join(sorted(n.value for n in spec.needs)) or "–",
-                    spec.cost.value, spec.summary)
-    console.print(out)
+    print_table(console, ["scorer", "needs", "cost", "summary"],
+                [[spec.name, ", ".join(sorted(n.value for n in spec.needs)) or "–",
+                  spec.cost.value, escape(spec.summary)] for spec in SCORERS.values()])
 
 
 @app.command()
 def tasks() -> None:
     """List the built-in tasks with size, format and default grader."""
+    from confide.render import print_table
     from confide.tasks import TASKS, load_task
 
-    out = Table("task", "items (bundled)", "format", "grader", "summary")
+    rows = []
     with _user_errors():
         for spec in TASKS.values():
             loaded = load_task(spec.name)
-            out.add_row(spec.name, str(len(loaded.items)), spec.format, spec.grader, spec.summary)
-    console.print(out)
+            rows.append([spec.name, str(len(loaded.items)), spec.format, spec.grader,
+                         escape(spec.summary)])
+    print_table(console, ["task", "items (bundled)", "format", "grader", "summary"], rows)
 
 
 @app.command()
@@ -286,6 +285,7 @@ def fit_(
 ) -> None:
     """Fit a hidden-state probe or a scorer combiner on a graded run; apply with eval --with."""
     from confide import api
+    from confide.render import print_table
 
     chosen = [s.strip() for s in scorers.split(",") if s.strip()] if scorers else None
     with _user_errors():
@@ -300,10 +300,9 @@ def fit_(
                   + ("–" if auroc is None else f"{auroc:.3f}"))
     weights = rep.get("weights") or rep.get("token_weights") or rep.get("importances")
     if weights:
-        out_table = Table("input", "importance" if "importances" in rep else "weight")
-        for key, value in sorted(weights.items(), key=lambda kv: -abs(kv[1] or 0.0)):
-            out_table.add_row(key, "–" if value is None else f"{value:+.3f}")
-        console.print(out_table)
+        print_table(console, ["input", "importance" if "importances" in rep else "weight"],
+                    [[escape(key), "–" if value is None else f"{value:+.3f}"]
+                     for key, value in sorted(weights.items(), key=lambda kv: -abs(kv[1] or 0.0))])
     console.print(f"wrote {out}")
 
 
@@ -311,12 +310,12 @@ def fit_(
 def list_metrics() -> None:
     """List the registered evaluation metrics."""
     from confide.metrics import METRICS
+    from confide.render import print_table
 
-    out = Table("metric", "kind", "direction", "on probabilities", "summary")
-    for spec in METRICS.values():
-        out.add_row(spec.name, spec.kind, "higher better" if spec.higher_is_better
-                    else "lower better", "yes" if spec.needs_probabilities else "", spec.summary)
-    console.print(out)
+    print_table(console, ["metric", "kind", "direction", "on probabilities", "summary"],
+                [[spec.name, spec.kind, "higher better" if spec.higher_is_better
+                  else "lower better", "yes" if spec.needs_probabilities else "",
+                  escape(spec.summary)] for spec in METRICS.values()])
 
 
 @app.command()

@@ -16,7 +16,7 @@ a plug-in chosen per run (``RunConfig.judge``, ``confide run --judge``):
 ``llm``        bidirectional entailment asked to any confide backend
 =============  ===========================================================
 
-How the work is kept small (DESIGN.md, performance rules):
+How the work is kept small (``docs/architecture.md``, performance rules):
 
 * Every answer is first reduced to its *key* (the judge's normalised form);
   only unique keys are judged.

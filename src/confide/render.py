@@ -1,16 +1,65 @@
-"""Rich rendering of tables for the CLI (no numpy, no SQL here)."""
+"""Rich rendering of tables for the CLI (no numpy, no SQL here).
+
+Every table leads with a column of names (scorers, metrics, graders, tasks),
+and :func:`print_table` never cuts one: a table wider than the console (80
+columns in a pipe or a log) is printed as several narrower tables, each
+repeating the name column with as many of the other columns as fit.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import replace
 
-from rich.console import Console
-from rich.table import Table
+from rich.console import Console, RenderableType
+from rich.markup import escape
+from rich.measure import Measurement
+from rich.table import Column, Table
 
 from confide.evaluation import EvalTable
 from confide.formatting import fmt_interval, fmt_number
 
-__all__ = ["render_eval_table"]
+__all__ = ["print_table", "render_eval_table"]
+
+
+def print_table(console: Console, columns: Sequence[str | Column],
+                rows: Sequence[Sequence[RenderableType]], *, title: str = "") -> None:
+    """Print a table whose first column holds names, without ever cutting a name.
+
+    The name column never wraps. When the whole table is wider than the console,
+    the other columns are split, in order, into groups that fit beside the names,
+    and each group is printed as a table of its own; a column too wide to fit
+    even alone (a summary) gets a table to itself and wraps within it.
+    """
+    specs = [c if isinstance(c, Column) else Column(c) for c in columns]
+    specs[0] = replace(specs[0], no_wrap=True)
+    groups: list[list[int]] = []
+    for j in range(1, len(specs)):
+        if groups and _width(console, specs, rows, [0, *groups[-1], j]) <= console.width:
+            groups[-1].append(j)
+        else:
+            groups.append([j])
+    for n, group in enumerate(groups or [[]]):
+        console.print(_table(specs, rows, [0, *group], title=title if n == 0 else ""))
+
+
+def _table(specs: list[Column], rows: Sequence[Sequence[RenderableType]], keep: list[int],
+           *, title: str = "") -> Table:
+    table = Table(title=title or None, title_justify="left")
+    for j in keep:
+        spec = specs[j]
+        table.add_column(spec.header, justify=spec.justify, no_wrap=spec.no_wrap)
+    for row in rows:
+        table.add_row(*(row[j] for j in keep))
+    return table
+
+
+def _width(console: Console, specs: list[Column], rows: Sequence[Sequence[RenderableType]],
+           keep: list[int]) -> int:
+    """Width of the table of columns ``keep`` with no cell wrapped."""
+    unbounded = console.options.update_width(1_000_000)
+    return Measurement.get(console, unbounded, _table(specs, rows, keep)).maximum
 
 
 def render_eval_table(console: Console, table: EvalTable, *, title: str = "",
@@ -19,15 +68,12 @@ def render_eval_table(console: Console, table: EvalTable, *, title: str = "",
     scorer, and the length audit (AUROC within length strata, Spearman with length)."""
     pct = int(round(table.level * 100))
     metric_names = list(table.rows[0].metrics) if table.rows else []
-    out = Table(title=title or None, title_justify="left")
-    out.add_column("scorer")
-    for m in metric_names:
-        out.add_column(f"{m.upper()} [{pct}% CI]", justify="right")
-    out.add_column("Δ AUROC vs best (p)", justify="right")
-    out.add_column("AUROC in length strata", justify="right")
-    out.add_column("ρ(conf, length)", justify="right")
-    out.add_column("n", justify="right")
-    out.add_column("NaN", justify="right")
+    columns: list[str | Column] = ["scorer"]
+    columns += [Column(f"{m.upper()} [{pct}% CI]", justify="right") for m in metric_names]
+    columns += [Column(h, justify="right") for h in ("Δ AUROC vs best (p)",
+                                                     "AUROC in length strata",
+                                                     "ρ(conf, length)", "n", "NaN")]
+    rows = []
     for row in sorted(table.rows, key=lambda r: -_sort_key(r.metrics.get("auroc"))):
         vs = row.vs_best
         diff = "best" if vs is None and "auroc" in row.metrics and \
@@ -37,10 +83,10 @@ def render_eval_table(console: Console, table: EvalTable, *, title: str = "",
         strat = fmt_number(row.audit.get("stratified_auroc"))
         if row.audit.get("lead_vanishes"):
             strat += " ⚠"
-        out.add_row(row.scorer, *(fmt_interval(row.metrics[m]) for m in metric_names), diff,
-                    strat, fmt_number(row.audit.get("length_spearman"), 2), str(row.n),
-                    str(row.n_nan) if row.n_nan else "")
-    console.print(out)
+        rows.append([escape(row.scorer), *(fmt_interval(row.metrics[m]) for m in metric_names),
+                     diff, strat, fmt_number(row.audit.get("length_spearman"), 2), str(row.n),
+                     str(row.n_nan) if row.n_nan else ""])
+    print_table(console, columns, rows, title=title)
     console.print(f"accuracy ({table.grader}): {fmt_interval(table.accuracy)} "
                   f"on {table.n_graded} graded of {table.n_items} items; "
                   f"ρ(correct, length) = {fmt_number(table.correct_length_spearman, 2)}")
@@ -54,15 +100,15 @@ def render_eval_table(console: Console, table: EvalTable, *, title: str = "",
         raw = row.raw_calibration
         if raw is None:
             continue
-        console.print(f"  {row.scorer}: {_num(raw.ece[0])} → {_num(row.calibrated.ece[0])}; "
-                      f"Brier {_num(raw.brier[0])} → {_num(row.calibrated.brier[0])}")
+        console.print(f"  {row.scorer}: {fmt_number(raw.ece[0])} → {fmt_number(row.calibrated.ece[0])}; "
+                      f"Brier {fmt_number(raw.brier[0])} → {fmt_number(row.calibrated.brier[0])}")
     for pair, tau in table.grader_agreement.items():
         console.print(f"scorer ranking agreement, Kendall τ ({pair}): {fmt_number(tau, 2)}")
     for row in table.rows:
         for reason, count in row.nan_reasons.items():
-            console.print(f"  {row.scorer}: NaN on {count} item(s): {reason}")
+            console.print(f"  {escape(row.scorer)}: NaN on {count} item(s): {escape(reason)}")
     for name, reason in (skipped or {}).items():
-        console.print(f"  skipped {name}: {reason}")
+        console.print(f"  skipped {escape(name)}: {escape(reason)}")
 
 
 def _sort_key(values: tuple[float, float, float] | None) -> float:

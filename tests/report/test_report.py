@@ -307,7 +307,7 @@ def _summary_cells(html: str) -> dict[str, list[str]]:
 
 def test_report_numbers_equal_confide_eval_json(run_dir, tmp_path):
     from confide.cli import app
-    from confide.render import fmt_interval
+    from confide.formatting import fmt_interval
 
     out = tmp_path / "eval.json"
     done = CliRunner().invoke(app, ["eval", str(run_dir), "--resamples", "40", "--json",

@@ -25,9 +25,9 @@ Prompt = str | list[Message]
 
 @dataclass(frozen=True)
 class GenerationSpec:
-    """How to generate. Sampling defaults follow DESIGN.md: SmolLM2 sampled at
-    temperature 1 without nucleus truncation gives mostly distinct answers, so
-    samples use top-p 0.9 by default."""
+    """How to generate. Sampling defaults (``docs/architecture.md``, pitfalls):
+    SmolLM2 sampled at temperature 1 without nucleus truncation gives mostly
+    distinct answers, so samples use top-p 0.9 by default."""
 
     max_new_tokens: int = 32
     stop: tuple[str, ...] = ()

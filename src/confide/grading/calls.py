@@ -110,7 +110,8 @@ def ast_match(answer: str, item: Item) -> float:
     -----
     Not measured against human labels. Every one of the 2,351 BFCL v4
     ground truths in the shared data, written back as a JSON call and as a
-    Python call, grades 1.0 (``tests/test_tasks.py``).
+    Python call, grades 1.0 (``CONFIDE_DATA_DIR=<data folder> pytest
+    tests/test_tasks.py -k bfcl_full``).
 
     References
     ----------

@@ -41,7 +41,8 @@ def exact(answer: str, item: Item) -> float:
     References that normalise to the empty string (for example a lone emoji)
     are ignored. Strict: a correct answer inside a sentence scores 0.
 
-    Measured against human labels (``benchmarks/graders.py``, EVOUNA TriviaQA,
+    Measured against human labels (``CONFIDE_DATA_DIR=<data folder> python
+    benchmarks/graders.py``; add ``--max-words 3`` for short answers; EVOUNA TriviaQA,
     9,690 answers of 5 systems, human accuracy 0.848): accuracy 0.363,
     Cohen's κ 0.091; it rejects 75% of correct answers, and the longer the
     answer the likelier (Spearman ρ(false negative, length) = 0.72). Use it
@@ -97,7 +98,8 @@ def contains(answer: str, item: Item) -> float:
     lists several candidates is counted correct if any is an alias. References
     normalising to "" are ignored.
 
-    Measured against human labels (``benchmarks/graders.py``, EVOUNA TriviaQA,
+    Measured against human labels (``CONFIDE_DATA_DIR=<data folder> python
+    benchmarks/graders.py``; add ``--max-words 3`` for short answers; EVOUNA TriviaQA,
     9,690 answers of 5 systems, human accuracy 0.848): accuracy 0.910,
     Cohen's κ 0.716; false positives 1.5% of wrong answers (ρ with length
     0.13), false negatives 10.3% of right answers (ρ with length 0.07) —
@@ -156,7 +158,8 @@ def f1(answer: str, item: Item, *, threshold: float | None = None) -> float:
     An answer that normalises to nothing scores 0. Continuous: long answers
     lose precision, so F1 penalises verbose correct answers.
 
-    Measured against human labels (``benchmarks/graders.py``, EVOUNA TriviaQA,
+    Measured against human labels (``CONFIDE_DATA_DIR=<data folder> python
+    benchmarks/graders.py``; add ``--max-words 3`` for short answers; EVOUNA TriviaQA,
     9,690 answers of 5 systems, human accuracy 0.848): AUROC 0.908 of the
     raw F1; thresholded at 0.5: accuracy 0.432, κ 0.122, with a strong length
     bias (ρ(false negative, length) = 0.76); the best threshold is very low
@@ -220,7 +223,8 @@ def rouge_l(answer: str, item: Item, *, threshold: float | None = None) -> float
     letter. On ASCII text the two agree exactly (tested against
     ``rouge_score.rouge_scorer`` with ``use_stemmer=False``).
 
-    Measured against human labels (``benchmarks/graders.py``, EVOUNA TriviaQA,
+    Measured against human labels (``CONFIDE_DATA_DIR=<data folder> python
+    benchmarks/graders.py``; add ``--max-words 3`` for short answers; EVOUNA TriviaQA,
     9,690 answers of 5 systems, human accuracy 0.848): AUROC 0.881;
     thresholded at 0.5: accuracy 0.416, κ 0.114, ρ(false negative, length) =
     0.76; best threshold 0.05: accuracy 0.889, κ 0.576. On answers of at

@@ -47,7 +47,8 @@ def numeric(answer: str, item: Item, *, tolerance: float = 1e-6,
     -----
     Not measured against human labels (the EVOUNA set holds no numeric
     tasks); checked by hand-made cases and by grading every bundled GSM8K
-    worked solution against its own final answer (all correct).
+    worked solution against its own final answer (all correct;
+    ``pytest tests/test_tasks.py -k gsm8k``).
 
     References
     ----------
