@@ -47,7 +47,8 @@ def embedding(answer: str, item: Item, *, threshold: float = 0.75) -> float:
 
     Measured against human labels (``CONFIDE_DATA_DIR=<data folder> python
     benchmarks/graders.py``, EVOUNA TriviaQA; short answers: ``--max-words 3``):
-    on answers of at most 3 words (2,731) AUROC 0.984, and at the default 0.75 accuracy 0.935, κ 0.793 (best threshold 0.65: κ 0.803). On
+    on answers of at most 3 words (2,731) AUROC 0.984, and at the default 0.75
+    accuracy 0.935, κ 0.793 (best threshold 0.65: κ 0.803). On
     all 9,690 answers (median 12 words; references are short aliases) the
     default threshold is far too strict: accuracy 0.419, κ 0.112, with
     false negatives rising with answer length (Spearman ρ = 0.72); there the
