@@ -106,6 +106,12 @@ def peak_mb(backend: HFBackend) -> float:
 def measure(backend: HFBackend, task, prompts: list, args: argparse.Namespace,
             samples: int) -> None:
     label = f"greedy + {samples} samples" if samples else "greedy"
+    rows = set()
+    for start in range(0, len(prompts), args.batch_size):  # measured once per machine: untimed
+        block = [backend.encode(p) for p in prompts[start:start + args.batch_size]]
+        rows.add(backend.rows_per_step(max(map(len, block)) + args.max_new_tokens,
+                                       len(block) * (1 + samples)))
+    label += f", rows per step {'/'.join(map(str, sorted(rows)))}"
     t0 = time.perf_counter()
     bare_tokens = bare_generate(backend, prompts, args, task.stop, samples)
     bare_1 = time.perf_counter() - t0
@@ -169,8 +175,7 @@ def main() -> None:
     bare_generate(backend, prompts[: args.batch_size], warm, task.stop, 2)
     print(f"model {args.model} ({backend.config()['dtype']}, {backend.device}), "
           f"{args.items} TriviaQA items, {args.batch_size} questions per block, "
-          f"max_new_tokens {args.max_new_tokens}, "
-          f"rows per step {backend.rows_per_step(64 + args.max_new_tokens, args.batch_size * (1 + args.samples))}")
+          f"max_new_tokens {args.max_new_tokens}")
     if args.path in ("greedy", "both"):
         measure(backend, task, prompts, args, 0)
     if args.path in ("sampled", "both"):
