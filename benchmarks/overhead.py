@@ -1,94 +1,185 @@
-"""Overhead of confide's pipeline over bare transformers generation of the same tokens.
+"""Overhead of confide's pipeline over bare transformers generation, greedy and sampled.
 
-In one process, on the default model and N bundled TriviaQA items:
+In one process, on the default model and N bundled TriviaQA items, for each
+path (``greedy``: one answer per question; ``sampled``: the greedy answer plus
+k samples at temperature 1, top-p 0.9, as the sampling scorers need):
 
-1. bare: ``model.generate`` (greedy, same prompts, same batches of ``batch_size``
-   in item order, same stop string and token budget; no statistics),
-2. full: ``confide`` generate + token statistics + all default scorers + grading
-   + SQLite store, into a fresh run directory,
-3. bare again (the mean of both bare timings is the baseline, to even out drift).
+1. bare: ``model.generate`` on the same prompts in the same blocks of
+   ``batch_size`` questions, same stop string and token budget, no statistics
+   (sampled: a greedy call, then ``do_sample=True, num_return_sequences=k``),
+2. full: ``confide`` generate + token statistics + scorers + grading + SQLite
+   store, into a fresh run directory,
+3. floor: forward passes only, the same number of tokens as confide generated
+   at the same rows per step (each block's prompts prefilled once, then
+   decoding steps with every row busy; no statistics, no sampling),
+4. bare again (the mean of both bare timings is the baseline, to even out drift).
 
-Prints the ratio full / bare (target <= 1.10), both token counts (they must be
-equal: the same tokens were generated) and the peak resident memory.
+Prints wall times, answer tokens, tokens/s, the ratios full / bare (target
+<= 1.0) and full / floor, and the process's peak memory after each path.
+Sampled answers differ between bare and confide (different random streams),
+so the token counts differ: compare tokens/s as well as wall time.
 
-    .venv/bin/python benchmarks/overhead.py --items 50
+    .venv/bin/python benchmarks/overhead.py --items 30 --samples 10 --max-new-tokens 24
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
+import math
 import resource
 import tempfile
 import time
 
 import torch
+from transformers import LlamaModel
 
 from confide.backends.hf import HFBackend
-from confide.runner import RunConfig, execute
+from confide.runner import DEFAULT_SCORERS, RunConfig, execute
 from confide.tasks import load_task
 
+# transformers renamed `past_key_values` to `cache` (argument and output field).
+CACHE = "cache" if "cache" in inspect.signature(LlamaModel.forward).parameters else \
+    "past_key_values"
+SAMPLE_SCORERS = ("mc_entropy", "mc_entropy_normalized", "lexical_similarity")
 
-def bare_generate(backend: HFBackend, prompts: list, max_new_tokens: int, stop: list[str],
-                  batch_size: int) -> int:
+
+def _padded(backend: HFBackend, prompts: list) -> tuple[torch.Tensor, torch.Tensor]:
+    chunk = [backend.encode(p) for p in prompts]
+    width = max(map(len, chunk))
+    pad = backend.tokenizer.pad_token_id
+    ids = torch.tensor([[pad] * (width - len(c)) + c for c in chunk], device=backend.device)
+    mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in chunk],
+                        device=backend.device)
+    return ids, mask
+
+
+def bare_generate(backend: HFBackend, prompts: list, args: argparse.Namespace, stop: list[str],
+                  samples: int) -> int:
+    """``model.generate`` of the greedy answers and ``samples`` samples; answer tokens made."""
     tok = backend.tokenizer
+    eos = torch.tensor(sorted(backend._eos_ids), device=backend.device)
     tokens = 0
-    for start in range(0, len(prompts), batch_size):
-        chunk = [backend.encode(p) for p in prompts[start:start + batch_size]]
-        width = max(map(len, chunk))
-        ids = torch.tensor([[tok.pad_token_id] * (width - len(c)) + c for c in chunk])
-        mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in chunk])
-        with torch.inference_mode():
-            out = backend.model.generate(ids, attention_mask=mask, do_sample=False,
-                                         max_new_tokens=max_new_tokens, stop_strings=stop,
-                                         tokenizer=tok, pad_token_id=tok.pad_token_id)
-        new = out[:, width:]
-        tokens += int((~torch.isin(new, torch.tensor(sorted(backend._eos_ids)))).sum())
+    for start in range(0, len(prompts), args.batch_size):
+        ids, mask = _padded(backend, prompts[start:start + args.batch_size])
+        calls = [{"do_sample": False}]
+        if samples:
+            calls.append({"do_sample": True, "num_return_sequences": samples,
+                          "temperature": 1.0, "top_p": 0.9, "top_k": 0})
+        for extra in calls:
+            with torch.inference_mode():
+                out = backend.model.generate(ids, attention_mask=mask,
+                                             max_new_tokens=args.max_new_tokens,
+                                             stop_strings=stop, tokenizer=tok,
+                                             pad_token_id=tok.pad_token_id, **extra)
+            tokens += int((~torch.isin(out[:, ids.shape[1]:], eos)).sum())
     return tokens
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--items", type=int, default=50)
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--model", default="smollm2")
-    parser.add_argument("--device", default=None)
-    args = parser.parse_args()
+@torch.inference_mode()
+def floor(backend: HFBackend, prompts: list, args: argparse.Namespace,
+          tokens_per_block: list[int], rows_per_question: int) -> None:
+    """Forward passes only: prefill each block once, then full-batch decoding steps."""
+    for n, start in enumerate(range(0, len(prompts), args.batch_size)):
+        ids, mask = _padded(backend, prompts[start:start + args.batch_size])
+        rows = ids.shape[0] * rows_per_question
+        out = backend.model(input_ids=ids, attention_mask=mask, use_cache=True,
+                            logits_to_keep=1)
+        cache = getattr(out, CACHE)
+        cache.batch_select_indices(torch.arange(ids.shape[0], device=backend.device)
+                                   .repeat_interleave(rows_per_question))
+        mask = mask.repeat_interleave(rows_per_question, dim=0)
+        token = out.logits[:, -1].argmax(-1).repeat_interleave(rows_per_question)[:, None]
+        for _ in range(math.ceil(tokens_per_block[n] / rows)):
+            mask = torch.cat([mask, mask.new_ones((rows, 1))], dim=-1)
+            out = backend.model(input_ids=token, attention_mask=mask, use_cache=True,
+                                **{CACHE: cache})
+            cache, token = getattr(out, CACHE), out.logits[:, -1].argmax(-1)[:, None]
 
-    backend = HFBackend(args.model, batch_size=args.batch_size, device=args.device)
-    task = load_task("triviaqa", limit=args.items)
-    prompts = [task.render(it, chat=backend.has_chat_template) for it in task.items]
-    bare_generate(backend, prompts[: args.batch_size], 4, task.stop, args.batch_size)  # warm-up
 
+def peak_mb(backend: HFBackend) -> float:
+    if backend.device.startswith("cuda"):
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure(backend: HFBackend, task, prompts: list, args: argparse.Namespace,
+            samples: int) -> None:
+    label = f"greedy + {samples} samples" if samples else "greedy"
+    rows = set()
+    for start in range(0, len(prompts), args.batch_size):  # measured once per machine: untimed
+        block = [backend.encode(p) for p in prompts[start:start + args.batch_size]]
+        rows.add(backend.rows_per_step(max(map(len, block)) + args.max_new_tokens,
+                                       len(block) * (1 + samples)))
+    label += f", rows per step {'/'.join(map(str, sorted(rows)))}"
     t0 = time.perf_counter()
-    bare_tokens = bare_generate(backend, prompts, args.max_new_tokens, task.stop, args.batch_size)
+    bare_tokens = bare_generate(backend, prompts, args, task.stop, samples)
     bare_1 = time.perf_counter() - t0
 
+    scorers = DEFAULT_SCORERS + (SAMPLE_SCORERS if samples else ())
     config = RunConfig(model=args.model, limit=args.items, max_new_tokens=args.max_new_tokens,
-                       batch_size=args.batch_size)
+                       batch_size=args.batch_size, n_samples=samples, scorers=scorers)
     with tempfile.TemporaryDirectory() as out:
         t0 = time.perf_counter()
         outcome = execute(config, out, backend=backend)
         full = time.perf_counter() - t0
+        from confide.api import open_run
+
+        records = {r.item.id: r for r in open_run(out).records}
+    per_block = []
+    for start in range(0, len(task.items), args.batch_size):
+        block = [records[it.id] for it in task.items[start:start + args.batch_size]]
+        per_block.append(sum(r.greedy.n_tokens + sum(s.n_tokens for s in r.samples)
+                             for r in block))
+    memory = peak_mb(backend)
 
     t0 = time.perf_counter()
-    bare_generate(backend, prompts, args.max_new_tokens, task.stop, args.batch_size)
-    bare_2 = time.perf_counter() - t0
+    floor(backend, prompts, args, per_block, 1 + samples)
+    floor_s = time.perf_counter() - t0
 
+    t0 = time.perf_counter()
+    bare_generate(backend, prompts, args, task.stop, samples)
+    bare_2 = time.perf_counter() - t0
     bare = (bare_1 + bare_2) / 2
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    if backend.device.startswith("cuda"):
-        peak_mb = torch.cuda.max_memory_allocated() / 2**20
-    print(f"model {args.model} ({backend.config()['dtype']}, {backend.device}), "
-          f"{args.items} TriviaQA items, "
-          f"batch {args.batch_size}, max_new_tokens {args.max_new_tokens}")
-    print(f"bare transformers generate: {bare_1:.2f} s and {bare_2:.2f} s, "
-          f"{bare_tokens} answer tokens")
-    print(f"confide full pipeline:      {full:.2f} s, {outcome.generated_tokens} answer tokens "
-          f"(generate + statistics {outcome.generation_seconds:.2f} s)")
-    print(f"ratio full / bare: {full / bare:.3f}   (target <= 1.10)")
+    ours = outcome.generated_tokens
+    print(f"-- {label}")
+    print(f"  bare generate: {bare_1:7.2f} s and {bare_2:.2f} s, {bare_tokens} answer tokens, "
+          f"{bare_tokens / bare:.0f} tokens/s")
+    print(f"  confide full:  {full:7.2f} s (generate + statistics "
+          f"{outcome.generation_seconds:.2f} s), {ours} answer tokens, {ours / full:.0f} tokens/s")
+    print(f"  floor:         {floor_s:7.2f} s, {ours} tokens, {ours / floor_s:.0f} tokens/s")
+    print(f"  ratio full / bare: {full / bare:.3f} wall, "
+          f"{(bare_tokens / bare) / (ours / full):.3f} in time per token   (target <= 1.0)")
+    print(f"  ratio full / floor: {full / floor_s:.3f}")
     what = "GPU memory allocated" if backend.device.startswith("cuda") else "resident memory"
-    print(f"peak {what}: {peak_mb:.0f} MB")
+    print(f"  peak {what} so far: {memory:.0f} MB")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=30)
+    parser.add_argument("--batch-size", type=int, default=8, help="questions per block")
+    parser.add_argument("--samples", type=int, default=10)
+    parser.add_argument("--max-new-tokens", type=int, default=24)
+    parser.add_argument("--path", choices=["greedy", "sampled", "both"], default="both")
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--dtype", default=None)
+    args = parser.parse_args()
+
+    backend = HFBackend(args.model, batch_size=args.batch_size, device=args.device,
+                        dtype=args.dtype)
+    task = load_task("triviaqa", limit=args.items)
+    prompts = [task.render(it, chat=backend.has_chat_template) for it in task.items]
+    warm = argparse.Namespace(**{**vars(args), "max_new_tokens": 4})
+    bare_generate(backend, prompts[: args.batch_size], warm, task.stop, 2)
+    print(f"model {args.model} ({backend.config()['dtype']}, {backend.device}), "
+          f"{args.items} TriviaQA items, {args.batch_size} questions per block, "
+          f"max_new_tokens {args.max_new_tokens}")
+    if args.path in ("greedy", "both"):
+        measure(backend, task, prompts, args, 0)
+    if args.path in ("sampled", "both"):
+        measure(backend, task, prompts, args, args.samples)
 
 
 if __name__ == "__main__":

@@ -2,60 +2,131 @@
 computed from the logits while generating.
 
 We run our own decoding loop over the model's KV cache instead of
-``model.generate``: each step's logits are reduced at once to the statistics
-scorers need (chosen-token log-probability, entropy, KL from uniform, top-k
-alternatives) and then dropped, so memory stays flat even for 262k-token
-vocabularies, and no second forward pass over the answer is ever needed. The
-loop also gives each sampled row its own random generator, seeded from (run
-seed, item id), so an item's samples never depend on its batch neighbours.
+``model.generate``, for four reasons:
+
+- each step's logits are reduced at once to the statistics scorers need
+  (chosen-token log-probability, entropy, KL from uniform, top-k alternatives)
+  and then dropped, so memory stays flat even for 262k-token vocabularies and
+  no second forward pass over the answer is ever needed;
+- those logits come from a float32 output projection whatever the model's
+  dtype, so a bfloat16 model's statistics are not rounded to bfloat16's 8-bit
+  mantissa (which moved log-probabilities by up to 0.06 nats);
+- a question's prompt is encoded once and its key/value cache shared by the
+  greedy row and the k sampled rows, and rows that finished leave the batch,
+  so a batch never runs at the speed of its longest answer;
+- each sampled row has its own random generator, seeded from (run seed, item
+  id), so an item's samples never depend on its batch neighbours.
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
+import json
 import math
 import os
+import platform
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from confide.backends.base import GenerationResult, GenerationSpec, Prompt
-from confide.backends.models import DEFAULT_MODEL, resolve_model
+from confide.backends.models import DEFAULT_MODEL, cache_dir, resolve_model
 from confide.errors import InvalidInputError, ModelLoadError
 from confide.records import Generation
 
 __all__ = ["HFBackend", "choose_dtype"]
 
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
-def _cpu_has_bf16() -> bool:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            flags = fh.read()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+# A lower-precision dtype must be this much faster than float32 to be chosen on a CPU.
+_SPEEDUP_NEEDED = 1.2
+# Doubling the rows of a decoding step must raise tokens/s by this much to be worth it.
+_ROWS_GAIN_NEEDED = 1.15
+_MAX_ROWS = 512
 
 
-def choose_dtype(device: str) -> torch.dtype:
-    """bfloat16 where the hardware runs it natively (measured 2–3× faster than
-    float32 on CPUs with avx512_bf16), float32 otherwise. CONFIDE_DTYPE overrides."""
+def choose_dtype(device: str) -> torch.dtype | None:
+    """The dtype forced by ``CONFIDE_DTYPE``, else the default for ``device``.
+
+    On a GPU: bfloat16 (float16 where bfloat16 is unsupported). On a CPU: None,
+    meaning "time float32 against bfloat16 on this machine and keep the faster"
+    (:meth:`HFBackend._pick_cpu_dtype`). Token statistics are float32 in every
+    dtype; the README's performance notes give the measured cost of bfloat16
+    in statistics and AUROC.
+    """
     forced = os.environ.get("CONFIDE_DTYPE")
     if forced:
-        return {"float32": torch.float32, "bfloat16": torch.bfloat16,
-                "float16": torch.float16}[forced]
+        if forced not in DTYPES:
+            raise InvalidInputError(f"CONFIDE_DTYPE={forced!r}: use one of {', '.join(DTYPES)}",
+                                    field="CONFIDE_DTYPE")
+        return DTYPES[forced]
     if device.startswith("cuda"):
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.bfloat16 if _cpu_has_bf16() else torch.float32
+    return None
+
+
+def _tuning_file() -> Path:
+    return cache_dir() / "tuning.json"
+
+
+def _remembered(key: str, measure: Any) -> Any:
+    """A measured setting, measured once per machine and key and then read back.
+
+    Measuring again in every process would let timing noise change batch
+    composition (and with it the last bits of the statistics) between a run
+    and its resume; a stored measurement keeps them identical.
+    """
+    path = _tuning_file()
+    try:
+        known = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        known = {}
+    if key in known:
+        return known[key]
+    value = measure()
+    known[key] = value
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tuning-")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(known, fh, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # an unwritable cache only costs a new measurement next time
+    return value
+
+
+def _device_memory(device: str) -> int:
+    """Total memory of the device in bytes (RAM for the CPU)."""
+    if device.startswith("cuda"):
+        return int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def _hardware_name(device: str) -> str:
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 @dataclass
 class _Row:
-    """One sequence being decoded: a prompt, greedy or sampled, and what it produced."""
+    """One sequence being decoded: a question, greedy or sampled, and what it produced."""
 
-    prompt_ids: list[int]
+    question: int                      # index into the prompts of this generate call
     generator: torch.Generator | None  # None = greedy
     ids: list[int] = field(default_factory=list)
     done: bool = False
@@ -69,8 +140,15 @@ class HFBackend:
     ----------
     model : bundled alias, ``.gguf`` path, transformers directory or hub id.
     device : ``"cpu"``, ``"cuda"``, ... (default: cuda if available).
-    batch_size : rows per forward pass.
-    dtype : override the measured choice (``"float32"``, ``"bfloat16"``).
+    batch_size : questions per prefill; each brings its greedy row and its k
+        sampled rows, which share the question's key/value cache.
+    max_rows : most rows (sequences) in one decoding step. Default: measured on
+        this machine for the prompt length (the fewest rows past which doubling
+        gains under 15% tokens/s), capped so the key/value cache and the
+        per-step logits fit in a quarter of the device's memory.
+    dtype : override the choice (``"float32"``, ``"bfloat16"``); default: the
+        ``CONFIDE_DTYPE`` environment variable, else bfloat16 on a GPU and on a
+        CPU whichever of float32 and bfloat16 was measured faster here.
     """
 
     name = "hf"
@@ -78,31 +156,49 @@ class HFBackend:
                               "top_logprobs", "samples", "hidden_states", "extra_prompt"})
 
     def __init__(self, model: str = DEFAULT_MODEL, *, device: str | None = None,
-                 batch_size: int = 8, dtype: str | None = None) -> None:
+                 batch_size: int = 8, max_rows: int | None = None,
+                 dtype: str | None = None) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
+        if batch_size < 1 or (max_rows is not None and max_rows < 1):
+            raise InvalidInputError("batch_size and max_rows must be at least 1",
+                                    field="batch_size")
+        if dtype is not None and dtype not in DTYPES:
+            raise InvalidInputError(f"dtype {dtype!r}: use one of {', '.join(DTYPES)}",
+                                    field="dtype")
         hf_logging.disable_progress_bar()  # our own progress bar is the one users read
         self.source = resolve_model(model)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.dtype = (getattr(torch, dtype) if dtype else choose_dtype(self.device))
+        wanted = DTYPES[dtype] if dtype else choose_dtype(self.device)
         self.batch_size = batch_size
+        self.max_rows = max_rows
         started = time.perf_counter()
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(self.source.path)
-            self.model = AutoModelForCausalLM.from_pretrained(self.source.path, dtype=self.dtype)
+            # Loaded in float32 so the output projection keeps float32 weights
+            # whatever dtype the rest of the model then runs in.
+            self.model = AutoModelForCausalLM.from_pretrained(self.source.path,
+                                                              dtype=torch.float32)
         except OSError as exc:
             raise ModelLoadError(f"{model}: cannot load model: {exc}") from exc
-        self.model.to(self.device).eval()
-        self.load_seconds = time.perf_counter() - started
+        self.model.eval()
         self.has_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
         self._eos_ids = self._end_token_ids()
         self._pad_id = (self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
                         else next(iter(self._eos_ids)))
         self._piece_cache: dict[int, str] = {}
+        self._decoder = self.model.get_decoder()
         # transformers renamed `past_key_values` to `cache`; pass whichever this version takes.
-        params = inspect.signature(self.model.forward).parameters
+        params = inspect.signature(self._decoder.forward).parameters
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        head32 = self.model.get_output_embeddings().weight.detach().clone()
+        self.model.to(self.device)
+        self.dtype = wanted or self._timed_cpu_dtype()
+        self.model.to(self.dtype)
+        self._set_float32_head(head32)
+        del head32
+        self.load_seconds = time.perf_counter() - started
 
     def _end_token_ids(self) -> set[int]:
         ids: set[int] = set()
@@ -117,6 +213,135 @@ class HFBackend:
         return {"backend": self.name, "model": self.source.name, "kind": self.source.kind,
                 "dtype": str(self.dtype).removeprefix("torch."),
                 "chat_template": self.has_chat_template}
+
+    # -- measured settings ---------------------------------------------------------
+
+    def _tuning_key(self, what: str) -> str:
+        return "|".join([what, self.source.path, self.device, _hardware_name(self.device),
+                         torch.__version__, str(torch.get_num_threads())])
+
+    def _timed_cpu_dtype(self) -> torch.dtype:
+        """float32 or bfloat16, whichever decodes faster on this machine.
+
+        Timed on a decoding step of 8 rows over a 64-token context; bfloat16
+        must win by 20% (it costs fidelity; see the README's performance notes).
+        """
+        def measure() -> str:
+            fp32 = self._time_step(self.model, rows=8, context=64)
+            low = copy.deepcopy(self.model).to(torch.bfloat16)
+            bf16 = self._time_step(low, rows=8, context=64)
+            del low
+            return "bfloat16" if fp32 > _SPEEDUP_NEEDED * bf16 else "float32"
+
+        return DTYPES[_remembered(self._tuning_key("dtype"), measure)]
+
+    @torch.inference_mode()
+    def _time_step(self, model: Any, rows: int, context: int, steps: int = 2) -> float:
+        """Seconds per decoding step (forward pass + float32 statistics) at ``rows`` rows."""
+        decoder = model.get_decoder()
+        head = model.get_output_embeddings().weight.float()
+        ids = torch.full((1, context), self._pad_id, dtype=torch.long, device=self.device)
+        cache = _cache_of(decoder(input_ids=ids, use_cache=True))
+        _select_rows(cache, torch.zeros(rows, dtype=torch.long, device=self.device))
+        token = torch.full((rows, 1), self._pad_id, dtype=torch.long, device=self.device)
+        timings = []
+        for step in range(steps + 1):
+            began = time.perf_counter()
+            out = decoder(input_ids=token, use_cache=True, **{self._cache_kwarg: cache})
+            cache = _cache_of(out)
+            logits = torch.nn.functional.linear(out.last_hidden_state[:, -1].float(), head)
+            torch.log_softmax(logits, dim=-1).exp().sum()
+            if self.device.startswith("cuda"):
+                torch.cuda.synchronize()
+            if step:  # the first step warms up
+                timings.append(time.perf_counter() - began)
+        return float(np.median(timings))
+
+    def rows_per_step(self, context: int, wanted: int) -> int:
+        """Rows per decoding step when ``wanted`` rows of up to ``context`` tokens wait.
+
+        ``max_rows`` if given; otherwise measured once per machine, context
+        bucket (next power of two) and wanted-rows bucket: starting at 8 rows,
+        the row count doubles while that raises tokens/s by 15% or more, up to
+        the wanted rows and what fits in memory (:meth:`rows_that_fit`).
+        """
+        if self.max_rows is not None:
+            return self.max_rows
+        bucket = 1 << max(6, math.ceil(math.log2(max(context, 1))))
+        cap = self.rows_that_fit(bucket)
+        bound = min(cap, 1 << max(3, math.ceil(math.log2(max(wanted, 1)))))
+
+        def measure() -> int:
+            rows, best = min(8, bound), 0.0
+            candidate = rows
+            while candidate <= bound:
+                rate = candidate / self._time_step(self.model, candidate, bucket)
+                if rate < _ROWS_GAIN_NEEDED * best:
+                    break
+                rows, best = candidate, rate
+                candidate *= 2
+            return rows
+
+        dtype = str(self.dtype).removeprefix("torch.")
+        return int(_remembered(self._tuning_key(f"rows:{bucket}:{bound}:{dtype}"), measure))
+
+    def rows_that_fit(self, context: int) -> int:
+        """Rows whose key/value cache and per-step float32 temporaries fit in a
+        quarter of the device's memory (beside the weights)."""
+        cfg = self.model.config
+        cfg = getattr(cfg, "text_config", cfg)
+        heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        element = torch.finfo(self.dtype).bits // 8
+        kv_per_row = 2 * cfg.num_hidden_layers * heads * head_dim * element * context
+        logits_per_row = 6 * 4 * cfg.vocab_size  # logits, log p, p, sorted p, cumsum, order
+        weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        budget = _device_memory(self.device) // 4 - weights
+        return int(min(_MAX_ROWS, max(1, budget // (kv_per_row + logits_per_row))))
+
+    # -- float32 logits --------------------------------------------------------------
+
+    def _set_float32_head(self, weight: torch.Tensor) -> None:
+        """Keep the float32 output projection beside a model that may run in another dtype."""
+        head = self.model.get_output_embeddings()
+        self._head_weight = (head.weight.detach() if self.dtype == torch.float32
+                             else weight.to(self.device))
+        bias = getattr(head, "bias", None)
+        self._head_bias = None if bias is None else bias.detach().float()
+        cfg = self.model.config
+        self._softcap = getattr(getattr(cfg, "text_config", cfg), "final_logit_softcapping", None)
+
+    def float32_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Next-token logits from final hidden states, projected in float32.
+
+        The model's own head would round a bfloat16 model's logits to 8 bits of
+        mantissa (a step of 0.125 at a logit of 20); projecting the hidden
+        state in float32 keeps the statistics as exact as the hidden state.
+        """
+        logits = torch.nn.functional.linear(hidden.float(), self._head_weight, self._head_bias)
+        if self._softcap:
+            logits = torch.tanh(logits / self._softcap) * self._softcap
+        return logits
+
+    def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
+                 cache: Any, want_hidden: bool) -> tuple[torch.Tensor, Any, Any]:
+        """One pass of the decoder: float32 logits of the last position, cache, hidden states."""
+        out = self._decoder(input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                            use_cache=True, output_hidden_states=want_hidden,
+                            **{self._cache_kwarg: cache})
+        return self.float32_logits(out.last_hidden_state[:, -1, :]), _cache_of(out), \
+            out.hidden_states
+
+    def _left_padded(self, prompts: list[list[int]]
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self._pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for b, ids in enumerate(prompts):  # left padding keeps every row's last token aligned
+            input_ids[b, width - len(ids):] = torch.tensor(ids)
+            mask[b, width - len(ids):] = 1
+        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
+        return input_ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
 
     # -- prompts ---------------------------------------------------------------
 
@@ -153,9 +378,9 @@ class HFBackend:
         .. math:: L_{ij} = \log p(v_j \mid x_i) = z_{i,v_j} - \log\sum_v e^{z_{i,v}}
 
         One forward pass over the (left-padded) prompts per batch of
-        ``batch_size``; nothing is generated. Chat prompts go through the chat
-        template with the generation prompt, so the next token is the first
-        token of the assistant's reply.
+        ``batch_size``; nothing is generated; logits are projected in float32.
+        Chat prompts go through the chat template with the generation prompt,
+        so the next token is the first token of the assistant's reply.
 
         Returns an array of shape ``(len(prompts), len(candidates))``.
         """
@@ -165,17 +390,10 @@ class HFBackend:
         out = np.zeros((len(prompts), len(ids)), dtype=np.float64)
         for start in range(0, len(encoded), self.batch_size):
             chunk = encoded[start:start + self.batch_size]
-            width = max(len(e) for e in chunk)
-            input_ids = torch.full((len(chunk), width), self._pad_id, dtype=torch.long)
-            mask = torch.zeros((len(chunk), width), dtype=torch.long)
-            for b, row in enumerate(chunk):
-                input_ids[b, width - len(row):] = torch.tensor(row)
-                mask[b, width - len(row):] = 1
-            input_ids, mask = input_ids.to(self.device), mask.to(self.device)
-            positions = (mask.cumsum(-1) - 1).clamp(min=0)
-            logits = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                                use_cache=False).logits[:, -1, :].float()
-            logp = torch.log_softmax(logits, dim=-1)[:, index]
+            input_ids, mask, positions = self._left_padded(chunk)
+            hidden = self._decoder(input_ids=input_ids, attention_mask=mask,
+                                   position_ids=positions, use_cache=False).last_hidden_state
+            logp = torch.log_softmax(self.float32_logits(hidden[:, -1, :]), dim=-1)[:, index]
             out[start:start + len(chunk)] = logp.cpu().numpy()
         return out
 
@@ -185,87 +403,117 @@ class HFBackend:
                  seeds: list[int]) -> list[GenerationResult]:
         encoded = [self.encode(p) for p in prompts]
         results = [GenerationResult(greedy=None) for _ in prompts]
-        if spec.greedy:
-            rows = [_Row(ids, None) for ids in encoded]
-            for start in range(0, len(rows), self.batch_size):
-                chunk = rows[start:start + self.batch_size]
-                gens = self._decode(chunk, spec)
-                for offset, gen in enumerate(gens):
-                    results[start + offset].greedy = gen
-        if spec.n_samples:
-            rows, owners = [], []
-            for i, ids in enumerate(encoded):
-                for j in range(spec.n_samples):
-                    gen = torch.Generator(device="cpu").manual_seed((seeds[i] + j) % 2**63)
-                    rows.append(_Row(ids, gen))
-                    owners.append(i)
-            for start in range(0, len(rows), self.batch_size):
-                gens = self._decode(rows[start:start + self.batch_size], spec)
-                for offset, gen in enumerate(gens):
-                    results[owners[start + offset]].samples.append(gen)
+        for group in self._groups(encoded, spec, seeds):
+            for row, gen in zip(group, self._decode(group, encoded, spec), strict=True):
+                if row.generator is None:
+                    results[row.question].greedy = gen
+                else:
+                    results[row.question].samples.append(gen)
         return results
 
-    @torch.inference_mode()
-    def _decode(self, rows: list[_Row], spec: GenerationSpec) -> list[Generation]:
-        batch = len(rows)
-        width = max(len(r.prompt_ids) for r in rows)
-        input_ids = torch.full((batch, width), self._pad_id, dtype=torch.long)
-        mask = torch.zeros((batch, width), dtype=torch.long)
-        for b, row in enumerate(rows):  # left padding keeps every row's last token aligned
-            input_ids[b, width - len(row.prompt_ids):] = torch.tensor(row.prompt_ids)
-            mask[b, width - len(row.prompt_ids):] = 1
-        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        want_hidden = bool(spec.hidden_layers)
-        k = spec.top_k_alternatives
-        log_vocab = None
-        cache = None
-        stats: list[torch.Tensor] = []     # per step: [B, 3] chosen logp, entropy, KL(U||p)
-        tops: list[tuple[torch.Tensor, torch.Tensor]] = []
-        hidden: list[torch.Tensor] = []    # per step: [L, B, H]
-        active = torch.ones(batch, dtype=torch.bool)
-        for _step in range(spec.max_new_tokens):
-            out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                             use_cache=True, output_hidden_states=want_hidden,
-                             **{self._cache_kwarg: cache})
-            cache = out.cache if hasattr(out, "cache") else out.past_key_values
-            logits = out.logits[:, -1, :].float()
-            logp = torch.log_softmax(logits, dim=-1)
-            if log_vocab is None:
-                log_vocab = math.log(logp.shape[-1])
-            entropy = torch.special.entr(logp.exp()).sum(-1)  # 0 log 0 = 0 for -inf logits
-            kl_uniform = -log_vocab - logp.mean(-1)
-            chosen = self._choose(logits, rows, spec)
-            chosen_logp = logp.gather(-1, chosen[:, None]).squeeze(-1)
-            stats.append(torch.stack([chosen_logp, entropy, kl_uniform], dim=-1))
-            if k:
-                top_lp, top_ids = logp.topk(k, dim=-1)
-                tops.append((top_lp, top_ids))
-            if want_hidden:
-                layers = out.hidden_states
-                hidden.append(torch.stack([layers[i][:, -1, :] for i in spec.hidden_layers]))
-            chosen_cpu = chosen.tolist()
-            for b, row in enumerate(rows):
-                if row.done:
-                    continue
-                row.ids.append(chosen_cpu[b])
-                if chosen_cpu[b] in self._eos_ids:
-                    row.done, row.finish = True, "stop"
-                elif spec.stop and self._hit_stop(row.ids, spec.stop):
-                    row.done, row.finish = True, "stop"
-                active[b] = not row.done
-            if not bool(active.any()):
-                break
-            input_ids = chosen[:, None]
-            mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=mask.device)],
-                             dim=-1)
-            positions = positions[:, -1:] + 1
-        return [self._finish(b, row, spec, stats, tops, hidden) for b, row in enumerate(rows)]
+    def _groups(self, encoded: list[list[int]], spec: GenerationSpec, seeds: list[int]
+                ) -> list[list[_Row]]:
+        """Rows cut into decoding groups: at most ``batch_size`` questions and
+        ``max_rows`` rows each; a question's rows stay together unless they alone
+        exceed ``max_rows``. Sample j of question i draws from seed ``seeds[i] + j``."""
+        per_question = int(spec.greedy) + spec.n_samples
+        if not encoded or not per_question:
+            return []
+        context = max(map(len, encoded)) + spec.max_new_tokens
+        limit = self.rows_per_step(context, min(len(encoded), self.batch_size) * per_question)
+        groups: list[list[_Row]] = []
+        current: list[_Row] = []
+        questions = 0
+        for i in range(len(encoded)):
+            rows = [_Row(i, None)] if spec.greedy else []
+            rows += [_Row(i, torch.Generator(device="cpu").manual_seed((seeds[i] + j) % 2**63))
+                     for j in range(spec.n_samples)]
+            if current and (len(current) + len(rows) > limit or questions == self.batch_size):
+                groups.append(current)
+                current, questions = [], 0
+            while len(rows) > limit:  # one question with more rows than a step holds
+                groups.append(rows[:limit])
+                rows = rows[limit:]
+            current += rows
+            questions += 1
+        groups.append(current)
+        return groups
 
-    def _choose(self, logits: torch.Tensor, rows: list[_Row], spec: GenerationSpec
-                ) -> torch.Tensor:
+    @torch.inference_mode()
+    def _decode(self, rows: list[_Row], encoded: list[list[int]], spec: GenerationSpec
+                ) -> list[Generation]:
+        # Prefill each question once; its rows share the cache (expanded, not recomputed).
+        questions = sorted({r.question for r in rows})
+        input_ids, mask, positions = self._left_padded([encoded[q] for q in questions])
+        want_hidden = bool(spec.hidden_layers)
+        logits, cache, layers = self._forward(input_ids, mask, positions, None, want_hidden)
+        slot = {q: n for n, q in enumerate(questions)}
+        owner = torch.tensor([slot[r.question] for r in rows], device=self.device)
+        if len(rows) != len(questions):
+            _select_rows(cache, owner)
+        logits, mask, positions = logits[owner], mask[owner], positions[owner, -1:]
+
+        n_rows, steps, k = len(rows), spec.max_new_tokens, spec.top_k_alternatives
+        # Per row and step, written at the rows still decoding: chosen log p, entropy, KL(U||p).
+        stats = torch.zeros((n_rows, steps, 3), device=self.device)
+        top_lp = torch.zeros((n_rows, steps, k), device=self.device)
+        top_ids = torch.zeros((n_rows, steps, k), dtype=torch.long, device=self.device)
+        hidden = (torch.zeros((n_rows, steps, len(spec.hidden_layers),
+                               self.model.config.hidden_size), device=self.device)
+                  if want_hidden else None)
+        alive = list(range(n_rows))    # row index of each position in the batch
+        alive_t = torch.arange(n_rows, device=self.device)
+        log_vocab = math.log(logits.shape[-1])
+        steps_done = 0
+        for step in range(steps):
+            if step:
+                logits, cache, layers = self._forward(chosen[:, None], mask, positions, cache,
+                                                      want_hidden)
+            logp = torch.log_softmax(logits, dim=-1)
+            chosen = self._choose(logits, [rows[i].generator for i in alive], spec)
+            stats[alive_t, step] = torch.stack(
+                [logp.gather(-1, chosen[:, None]).squeeze(-1),
+                 torch.special.entr(logp.exp()).sum(-1),  # 0 log 0 = 0 for -inf logits
+                 -log_vocab - logp.mean(-1)], dim=-1)
+            if k:
+                values, indices = logp.topk(k, dim=-1)
+                top_lp[alive_t, step], top_ids[alive_t, step] = values, indices
+            if hidden is not None:
+                states = torch.stack([layers[j][:, -1, :] for j in spec.hidden_layers], dim=1)
+                hidden[alive_t, step] = (states[owner] if step == 0 else states).float()
+            steps_done = step + 1
+            keep = []
+            for b, (i, token) in enumerate(zip(alive, chosen.tolist(), strict=True)):
+                row = rows[i]
+                row.ids.append(token)
+                if token in self._eos_ids or (spec.stop and self._hit_stop(row.ids, spec.stop)):
+                    row.done, row.finish = True, "stop"
+                else:
+                    keep.append(b)
+            if not keep:
+                break
+            if len(keep) < len(alive):  # finished rows leave the batch
+                index = torch.tensor(keep, device=self.device)
+                _select_rows(cache, index)
+                chosen, mask, positions = chosen[index], mask[index], positions[index]
+                alive_t = alive_t[index]
+                alive = [alive[b] for b in keep]
+            mask = torch.cat([mask, mask.new_ones((len(alive), 1))], dim=-1)
+            positions = positions + 1
+        stats_np = stats[:, :steps_done].cpu().numpy()
+        top_np = top_lp[:, :steps_done].cpu().numpy()
+        ids_np = top_ids[:, :steps_done].cpu().numpy()
+        hidden_np = None if hidden is None else hidden[:, :steps_done].cpu().numpy()
+        return [self._finish(row, spec, stats_np[i], top_np[i], ids_np[i],
+                             None if hidden_np is None else hidden_np[i])
+                for i, row in enumerate(rows)]
+
+    def _choose(self, logits: torch.Tensor, generators: list[torch.Generator | None],
+                spec: GenerationSpec) -> torch.Tensor:
+        """Greedy rows take the argmax; sampled rows draw from the nucleus (top-p) with
+        one uniform number from their own generator per step."""
         chosen = logits.argmax(-1)
-        sampled = [b for b, r in enumerate(rows) if r.generator is not None]
+        sampled = [b for b, g in enumerate(generators) if g is not None]
         if not sampled:
             return chosen
         probs = torch.softmax(logits[sampled] / max(spec.temperature, 1e-6), dim=-1).cpu()
@@ -273,12 +521,11 @@ class HFBackend:
         cumulative = sorted_p.cumsum(-1)
         # Nucleus: keep the smallest prefix whose mass reaches top_p (always the first token).
         keep = (cumulative - sorted_p) < spec.top_p
-        sorted_p = sorted_p * keep
-        cumulative = sorted_p.cumsum(-1)
-        for i, b in enumerate(sampled):
-            u = torch.rand(1, generator=rows[b].generator) * cumulative[i, -1]
-            pos = int(torch.searchsorted(cumulative[i], u).clamp(max=cumulative.shape[-1] - 1))
-            chosen[b] = order[i, pos].to(chosen.device)
+        cumulative = (sorted_p * keep).cumsum(-1)
+        draws = torch.cat([torch.rand(1, generator=generators[b]) for b in sampled])
+        u = draws[:, None] * cumulative[:, -1:]
+        pos = torch.searchsorted(cumulative, u).clamp(max=cumulative.shape[-1] - 1)
+        chosen[sampled] = order.gather(-1, pos).squeeze(-1).to(chosen.device)
         return chosen
 
     def _hit_stop(self, ids: list[int], stop: tuple[str, ...]) -> bool:
@@ -292,9 +539,8 @@ class HFBackend:
             self._piece_cache[token_id] = piece
         return piece
 
-    def _finish(self, b: int, row: _Row, spec: GenerationSpec, stats: list[torch.Tensor],
-                tops: list[tuple[torch.Tensor, torch.Tensor]], hidden: list[torch.Tensor]
-                ) -> Generation:
+    def _finish(self, row: _Row, spec: GenerationSpec, stats: np.ndarray, top_lp: np.ndarray,
+                top_ids: np.ndarray, hidden: np.ndarray | None) -> Generation:
         ids = row.ids
         n = len(ids)
         if n and ids[-1] in self._eos_ids:
@@ -308,27 +554,31 @@ class HFBackend:
                 while n and len(self.tokenizer.decode(ids[:n - 1], skip_special_tokens=True)
                                 ) >= len(text):
                     n -= 1
-        per_token = torch.stack([s[b] for s in stats[:n]]).cpu().numpy() if n else \
-            np.zeros((0, 3), dtype=np.float32)
         gen = Generation(
             text=text.strip(),
             token_ids=ids[:n],
             tokens=[self._piece(t) for t in ids[:n]],
-            token_logprobs=per_token[:, 0].astype(np.float32),
-            token_entropies=per_token[:, 1].astype(np.float32),
-            token_kl_uniform=per_token[:, 2].astype(np.float32),
+            token_logprobs=stats[:n, 0].astype(np.float32),
+            token_entropies=stats[:n, 1].astype(np.float32),
+            token_kl_uniform=stats[:n, 2].astype(np.float32),
             finish_reason=row.finish,
         )
-        if tops:
-            top_lp = torch.stack([t[0][b] for t in tops[:n]]).cpu().numpy() if n else \
-                np.zeros((0, spec.top_k_alternatives), dtype=np.float32)
-            top_ids = torch.stack([t[1][b] for t in tops[:n]]).tolist() if n else []
-            gen.top_logprobs = top_lp.astype(np.float32)
-            gen.top_tokens = [[self._piece(t) for t in step] for step in top_ids]
-        if hidden and n:
-            states = torch.stack([h[:, b, :] for h in hidden[:n]]).float()  # [T, L, H]
+        if spec.top_k_alternatives:
+            gen.top_logprobs = top_lp[:n].astype(np.float32)
+            gen.top_tokens = [[self._piece(t) for t in step] for step in top_ids[:n].tolist()]
+        if hidden is not None and n:
             gen.hidden = {}
             for j, layer in enumerate(spec.hidden_layers):
-                gen.hidden[f"{layer}:last"] = states[-1, j].cpu().numpy().astype(np.float16)
-                gen.hidden[f"{layer}:mean"] = states[:, j].mean(0).cpu().numpy().astype(np.float16)
+                gen.hidden[f"{layer}:last"] = hidden[n - 1, j].astype(np.float16)
+                gen.hidden[f"{layer}:mean"] = hidden[:n, j].mean(0).astype(np.float16)
         return gen
+
+
+def _select_rows(cache: Any, index: torch.Tensor) -> None:
+    """Keep (or repeat) the cache's batch rows at ``index``, in place."""
+    cache.batch_select_indices(index)
+
+
+def _cache_of(output: Any) -> Any:
+    """The key/value cache of a model output (``cache`` in newer transformers)."""
+    return output.cache if hasattr(output, "cache") else output.past_key_values
