@@ -115,6 +115,12 @@ class Run:
                  n_resamples: int = 1000, seed: int | None = None,
                  metric_options: dict[str, dict[str, Any]] | None = None) -> EvalTable:
         """Recompute the table from the stored records (no model needed)."""
+        stored_graders = sorted({g for r in self.records for g in r.grades})
+        if grader is not None and grader not in stored_graders:  # not an empty table
+            raise InvalidInputError(
+                f"the run at {self.path} has no {grader!r} grades; stored: "
+                f"{', '.join(stored_graders) or 'none (its items have no references)'}",
+                field="grader")
         stored = [s for s in self.config.get("scorers", []) if s not in self.skipped_scorers]
         extra = [s for r in self.records for s in r.scores if s not in stored]
         scorers = list(dict.fromkeys(stored + extra))
@@ -143,6 +149,10 @@ def fit_learned(run: str | Path, *, kind: str = "probe", out: str | Path | None 
     save it to ``out`` (JSON) when given. Returns the :class:`~confide.learned.Learned`."""
     from confide.learned import fit_run
 
+    folds = options.get("n_folds", 2)
+    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
+        raise InvalidInputError(f"cross-fitting needs at least 2 folds, got {folds!r}",
+                                field="n_folds")
     model = fit_run(run, kind=kind, **options)  # type: ignore[arg-type]
     if out is not None:
         model.save(out)

@@ -118,6 +118,17 @@ class HFBackend:
                 "dtype": str(self.dtype).removeprefix("torch."),
                 "chat_template": self.has_chat_template}
 
+    @property
+    def n_layers(self) -> int:
+        """Transformer blocks: hidden-state layers are 0 (embeddings) .. n_layers."""
+        return int(self.model.config.num_hidden_layers)
+
+    @property
+    def context_window(self) -> int | None:
+        """Most tokens (prompt + answer) the model was trained to attend over, if stated."""
+        window = getattr(self.model.config, "max_position_embeddings", None)
+        return int(window) if window else None
+
     # -- prompts ---------------------------------------------------------------
 
     def encode(self, prompt: Prompt) -> list[int]:
