@@ -101,7 +101,12 @@ def check_stop(stop: str | Sequence[str] | None, *,
     """Stop sequences: none empty (an empty one would stop at once); at most ``most``."""
     if stop is None:
         return ()
-    values = (stop,) if isinstance(stop, str) else tuple(stop)
+    if isinstance(stop, str):
+        values: tuple[Any, ...] = (stop,)
+    elif isinstance(stop, (list, tuple)):
+        values = tuple(stop)
+    else:
+        raise InvalidInputError(f"must be text or a list of texts, got {stop!r}", field="stop")
     if most is not None and len(values) > most:
         raise InvalidInputError(f"at most {most} stop sequences, got "
                                 f"{len(values)}", field="stop")

@@ -94,7 +94,7 @@ def test_normalisation_is_total_and_idempotent(text):
 
 @FAST
 @given(st.text(max_size=60), st.lists(st.text(max_size=20), min_size=1, max_size=3),
-       st.sampled_from(["exact", "contains", "f1", "rouge_l", "numeric"]))
+       st.sampled_from(["exact", "contains", "f1", "rougeL", "numeric"]))
 def test_graders_give_a_value_in_unit_interval(answer, references, name):
     try:
         value = grade(answer, Item(id="x", prompt="Q?", references=references), name)
