@@ -244,7 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     if len(rows) > 1 and rows[0]["req_per_s"] > 0:
         print(f"\nthroughput ratio, {rows[-1]['clients']} clients / {rows[0]['clients']} client: "
               f"{rows[-1]['req_per_s'] / rows[0]['req_per_s']:.2f}x")
-    refused_all = oversized is None or set(oversized["outcomes"]) <= {"413"}
+    # A client still uploading when the server answers 413 and closes may see the close
+    # (ReadError/WriteError) instead of the answer; either way the body was refused.
+    refused_all = oversized is None or set(oversized["outcomes"]) <= {
+        "413", "ReadError", "WriteError", "RemoteProtocolError"}
     return 1 if (rows and rows[-1]["errors"]) or not refused_all else 0
 
 
