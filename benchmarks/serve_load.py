@@ -1,4 +1,4 @@
-"""Load on ``confide serve``: throughput, latency percentiles and errors at 1, 8 and 32 clients.
+"""Load on ``confide serve``: throughput, latency, errors and peak memory at 1, 8, 32 clients.
 
 Starts the server on 127.0.0.1 (upstream: the bundled model through the ``hf``
 backend; ``--upstream-url`` for an OpenAI-compatible server; or ``--fake-upstream``,
@@ -6,7 +6,11 @@ the tests' instant loopback server, which isolates confide's own cost per
 request: HTTP, validation, scoring), then for each
 client count sends the same fixed number of chat requests (bundled TriviaQA
 questions, ``max_tokens`` small) with at most that many in flight, and prints
-one row per client count::
+one row per client count, with the server process's peak resident memory
+while that row ran. A last row sends, from as many clients as the largest
+count, bodies of ``--oversized-mb`` MB in chunked transfer encoding (no
+Content-Length): every one must be refused with 413, and the peak memory shows
+that none was read past the server's 1 MB body limit::
 
     .venv/bin/python benchmarks/serve_load.py --requests 64 --max-tokens 16
 
@@ -27,6 +31,64 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+
+def _rss_mib() -> float:
+    """This process's resident memory now (Linux /proc; else the peak so far)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            pages = int(fh.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class PeakMemory:
+    """Samples resident memory every 5 ms on a thread; ``peak`` in MiB over the block."""
+
+    def __enter__(self) -> PeakMemory:
+        self.before = self.peak = _rss_mib()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+        return self
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, _rss_mib())
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss_mib())
+
+
+async def _oversized(url: str, clients: int, megabytes: int, timeout: float) -> dict[str, Any]:
+    """Each client sends one chunked body of ``megabytes`` MB; count how each ended."""
+    import httpx
+
+    chunk = b"x" * 65536
+
+    async def body():
+        for _ in range(megabytes * 16):
+            yield chunk
+
+    outcomes: dict[str, int] = {}
+
+    async def one(client: httpx.AsyncClient) -> None:
+        try:
+            response = await client.post(f"{url}/chat/completions", content=body(),
+                                         headers={"content-type": "application/json"})
+            key = str(response.status_code)
+        except httpx.HTTPError as exc:  # closed mid-upload after the refusal
+            key = type(exc).__name__
+        outcomes[key] = outcomes.get(key, 0) + 1
+
+    async with httpx.AsyncClient(timeout=timeout) as client:
+        await asyncio.gather(*(one(client) for _ in range(clients)))
+    return outcomes
 
 
 def _start(app) -> tuple[str, object, threading.Thread]:
@@ -95,7 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=64, help="requests per client count")
     parser.add_argument("--clients", default="1,8,32", help="comma-separated client counts")
     parser.add_argument("--max-tokens", type=int, default=16)
-    parser.add_argument("--max-batch", type=int, default=16, help="hf: requests per batch")
+    parser.add_argument("--max-batch", type=int, default=1,
+                        help="hf: requests per batch (above 1, replies depend on neighbours)")
+    parser.add_argument("--oversized-mb", type=int, default=20,
+                        help="size of the chunked bodies of the last row (0: no such row)")
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--upstream-url", default=None,
                         help="an OpenAI-compatible upstream instead of the local model")
@@ -130,19 +195,29 @@ def main(argv: list[str] | None = None) -> int:
     task = load_task("triviaqa", limit=100)
     questions = [it.prompt if isinstance(it.prompt, str) else it.prompt[-1]["content"]
                  for it in task.items]
-    app = create_app(backend, max_batch=args.max_batch, timeout=args.timeout)
+    app = create_app(backend, model_name="served", max_batch=args.max_batch,
+                     timeout=args.timeout)
     url, server, thread = _start(app)
     counts = [int(c) for c in args.clients.split(",")]
     load = os.getloadavg()
     rows = []
+    oversized: dict[str, Any] | None = None
     try:
         asyncio.run(_drive(url, questions, 1, 2, args.max_tokens, args.timeout))  # warm-up
         for clients in counts:
-            rows.append(asyncio.run(_drive(url, questions, clients, args.requests,
-                                           args.max_tokens, args.timeout)))
+            with PeakMemory() as memory:
+                rows.append(asyncio.run(_drive(url, questions, clients, args.requests,
+                                               args.max_tokens, args.timeout)))
             r = rows[-1]
+            r.update(rss_before=memory.before, rss_peak=memory.peak)
             print(f"clients {clients:>3}: {r['req_per_s']:.2f} req/s, errors {r['errors']}",
                   file=sys.stderr, flush=True)
+        if args.oversized_mb:
+            with PeakMemory() as memory:
+                refused = asyncio.run(_oversized(url, max(counts), args.oversized_mb,
+                                                 args.timeout))
+            oversized = {"outcomes": refused, "rss_before": memory.before,
+                         "rss_peak": memory.peak}
     finally:
         server.should_exit = True  # type: ignore[attr-defined]
         thread.join(30)
@@ -153,17 +228,27 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.requests} requests per row, max_tokens {args.max_tokens}, "
           f"max_batch {args.max_batch}, torch threads {args.threads or 'default'}; load average before/after "
           f"{load[0]:.1f}/{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores\n")
-    print("| clients | requests | wall s | req/s | tokens/s | p50 s | p95 s | p99 s | errors |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| clients | requests | wall s | req/s | tokens/s | p50 s | p95 s | p99 s | errors "
+          "| peak RSS MiB (+ over start of row) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['clients']} | {r['requests']} | {r['wall_s']:.1f} | {r['req_per_s']:.2f} | "
               f"{'n/a' if r['tok_per_s'] is None else format(r['tok_per_s'], '.1f')} | "
               f"{r['p50_s']:.2f} | {r['p95_s']:.2f} | {r['p99_s']:.2f} | "
-              f"{r['errors']} |")
+              f"{r['errors']} | {r['rss_peak']:.0f} (+{r['rss_peak'] - r['rss_before']:.0f}) |")
+    if oversized is not None:
+        print(f"\n{max(counts)} clients each sending a chunked {args.oversized_mb} MB body: "
+              f"{oversized['outcomes']}; peak RSS {oversized['rss_peak']:.0f} MiB "
+              f"(+{oversized['rss_peak'] - oversized['rss_before']:.0f} over the start of the "
+              f"row; unbounded reading would need about {max(counts) * args.oversized_mb} MB)")
     if len(rows) > 1 and rows[0]["req_per_s"] > 0:
         print(f"\nthroughput ratio, {rows[-1]['clients']} clients / {rows[0]['clients']} client: "
               f"{rows[-1]['req_per_s'] / rows[0]['req_per_s']:.2f}x")
-    return 1 if rows and rows[-1]["errors"] else 0
+    # A client still uploading when the server answers 413 and closes may see the close
+    # (ReadError/WriteError) instead of the answer; either way the body was refused.
+    refused_all = oversized is None or set(oversized["outcomes"]) <= {
+        "413", "ReadError", "WriteError", "RemoteProtocolError"}
+    return 1 if (rows and rows[-1]["errors"]) or not refused_all else 0
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ class Request:
     fault: str
     authorization: str | None
     body: dict[str, Any] = field(repr=False, default_factory=dict)
+    path: str = ""  # as requested, query string included
 
 
 def answer_for(question: str, seed: int, temperature: float) -> str:
@@ -137,7 +138,7 @@ class FaultServer:
             def do_POST(self) -> None:
                 size = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(size) or b"{}")
-                if not self.path.endswith("/chat/completions"):
+                if not self.path.split("?", 1)[0].endswith("/chat/completions"):
                     self._send(404, b'{"error": {"message": "not found"}}')
                     return
                 messages = body.get("messages") or [{}]
@@ -151,7 +152,8 @@ class FaultServer:
                     fault = server.plan(question, attempt)
                     server.requests.append(Request(time.monotonic(), question, temperature,
                                                    int(body.get("n", 1)), fault,
-                                                   self.headers.get("Authorization"), body))
+                                                   self.headers.get("Authorization"), body,
+                                                   self.path))
                 try:
                     self._answer(fault, body, question, temperature)
                 except (BrokenPipeError, ConnectionResetError):

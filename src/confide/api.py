@@ -74,6 +74,10 @@ def fit_learned(run: str | Path, *, kind: str = "probe", out: str | Path | None 
     save it to ``out`` (JSON) when given. Returns the :class:`~confide.learned.Learned`."""
     from confide.learned import fit_run
 
+    folds = options.get("n_folds", 2)
+    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
+        raise InvalidInputError(f"cross-fitting needs at least 2 folds, got {folds!r}",
+                                field="n_folds")
     model = fit_run(run, kind=kind, **options)  # type: ignore[arg-type]
     if out is not None:
         model.save(out)

@@ -59,6 +59,20 @@ def _int_list(text: str | None, option: str) -> tuple[int, ...]:
                                  param_hint=option) from exc
 
 
+# RunConfig fields → the `confide run` options that set them (for error messages).
+_RUN_OPTIONS = {"batch_size": "--batch-size", "temperature": "--temperature",
+                "top_p": "--top-p", "max_new_tokens": "--max-new-tokens", "n_samples": "--samples",
+                "hidden_layers": "--hidden-layers", "limit": "--limit", "seed": "--seed",
+                "on_bad_record": "--on-bad-record"}
+
+
+def _output(path: Path, option: str) -> Path:
+    from confide.outputs import writable_file
+
+    with _user_errors():
+        return writable_file(path, option)
+
+
 @app.command()
 def run(
     model: Annotated[str, typer.Option(help="bundled alias, .gguf file, model dir or hub id")
@@ -100,6 +114,18 @@ def run(
         help="raise: stop at a malformed data record; skip: skip it and count it")] = "raise",
     json_out: Annotated[Optional[Path], typer.Option(
         "--json", help="write the table as JSON (as confide eval --json)")] = None,
+    question_field: Annotated[Optional[str], typer.Option(
+        help="your data file: the field holding the question (default: question)")] = None,
+    reference_field: Annotated[Optional[str], typer.Option(
+        help="your data file: field(s) holding accepted answers, comma-separated "
+             "(default: references)")] = None,
+    id_field: Annotated[Optional[str], typer.Option(
+        help="your data file: the field holding item ids (default: id, else the line)")
+                        ] = None,
+    choices_field: Annotated[Optional[str], typer.Option(
+        help="your data file: a list of options (makes the task multiple choice)")] = None,
+    alias_separator: Annotated[Optional[str], typer.Option(
+        help="your data file: split references into aliases at this text, e.g. ';'")] = None,
 ) -> None:
     """Generate, score, grade and store a run; print how well each scorer predicts correctness."""
     from confide import api
@@ -107,13 +133,24 @@ def run(
 
     chosen = tuple(s.strip() for s in scorers.split(",") if s.strip()) if scorers \
         else DEFAULT_SCORERS
-    config = RunConfig(model=model, backend=backend, task=task, data_path=data,
-                       limit=limit or None, scorers=chosen, grader=grader,
-                       max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size,
-                       n_samples=samples, temperature=temperature, top_p=top_p, judge=judge,
-                       judge_options={"model": judge_model} if judge_model else {},
-                       hidden_layers=_int_list(hidden_layers, "--hidden-layers"),
-                       on_bad_record=on_bad_record)
+    mapping = {"question_field": question_field, "id_field": id_field,
+               "choices_field": choices_field, "alias_separator": alias_separator,
+               "reference_field": [f.strip() for f in reference_field.split(",") if f.strip()]
+               if reference_field else None}
+    try:  # the ranges live in confide.options; a bad value is a usage error naming the option
+        config = RunConfig(model=model, backend=backend, task=task, data_path=data,
+                           limit=limit or None, scorers=chosen, grader=grader,
+                           max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size,
+                           n_samples=samples, temperature=temperature, top_p=top_p,
+                           judge=judge,
+                           judge_options={"model": judge_model} if judge_model else {},
+                           hidden_layers=_int_list(hidden_layers, "--hidden-layers"),
+                           on_bad_record=on_bad_record,
+                           task_options={k: v for k, v in mapping.items() if v is not None})
+    except InvalidInputError as exc:
+        raise typer.BadParameter(str(exc).removeprefix(f"{exc.field}: "),
+                                 param_hint=_RUN_OPTIONS.get(exc.field or "", exc.field)
+                                 ) from None
     target = out or api.default_run_dir(config)
     bar, update = _progress_bar(f"{Path(task).stem} × {Path(model).name}")
     with _user_errors():
@@ -165,6 +202,8 @@ def report_cmd(
     """Write a self-contained HTML report of a stored run (offline; the model is not loaded)."""
     from confide import api
 
+    if out is not None:
+        out = _output(out, "--out")
     with _user_errors():
         path = api.make_report(run_dir, out, n_resamples=resamples)
     console.print(f"wrote {path}")
@@ -183,6 +222,7 @@ def compare(
     with _user_errors():
         if len(run_dirs) < 2:
             raise InvalidInputError("compare needs at least two runs", field="RUN_DIRS")
+        out = _output(out, "--out")
         path = api.make_report(list(run_dirs), out, n_resamples=resamples)
     console.print(f"wrote {path}")
 
@@ -220,11 +260,14 @@ def export(
     out: Annotated[Optional[Path], typer.Option(help="output file")] = None,
 ) -> None:
     """Export a run's records: one row per record, one column per scorer and grader."""
-    from confide import api
+    from confide.store import RunStore
 
-    with _user_errors():
-        path = api.open_run(run_dir).export(fmt, out)
+    with _user_errors(), RunStore.open(run_dir) as store:  # also a damaged store: recovers
+        path = store.export(fmt, out)
+        unreadable = store.unreadable
     console.print(f"wrote {path}")
+    if unreadable:
+        err_console.print(f"[yellow]{unreadable} damaged record(s) could not be read[/yellow]")
 
 
 @app.command(name="eval")
@@ -248,6 +291,8 @@ def eval_(
     from confide import api
     from confide.render import render_eval_table
 
+    if json_out is not None:
+        json_out = _output(json_out, "--json")
     names = tuple(m.strip() for m in metrics.split(",") if m.strip())
     options = {"prr": {"max_rejection": prr_cutoff}, "risk_at_coverage": {"coverage": coverage},
                "coverage_at_risk": {"risk": risk},
@@ -288,6 +333,7 @@ def fit_(
     from confide.render import print_table
 
     chosen = [s.strip() for s in scorers.split(",") if s.strip()] if scorers else None
+    out = _output(out, "--out")
     with _user_errors():
         model = api.fit_learned(run_dir, kind=kind, out=out, layer=layer, scorers=chosen,
                                 estimator=estimator, grader=grader, n_folds=folds, seed=seed,
@@ -342,7 +388,9 @@ def serve(
                                 ] = 32_000,
     timeout: Annotated[float, typer.Option(help="seconds the model may take (then 504)")
                        ] = 120.0,
-    max_batch: Annotated[int, typer.Option(help="hf: requests generated together")] = 8,
+    max_batch: Annotated[int, typer.Option(
+        help="hf: requests generated together; above 1 a reply's confidences depend on "
+             "its batch neighbours (see confide.serve.app)")] = 1,
 ) -> None:
     """Serve a model over an OpenAI-compatible API, with confidences in every reply."""
     from confide.serve.launch import build_app
@@ -380,7 +428,8 @@ def calibrate(
     with _user_errors():
         fit = calibrate_run(run_dir, scorer, method=method, grader=grader,  # type: ignore[arg-type]
                             n_bins=bins)
-        path = fit.calibrator.save(out or run_dir / f"calibrator-{scorer}-{method}.json")
+        path = fit.calibrator.save(_output(out or run_dir / f"calibrator-{scorer}-{method}.json",
+                                           "--out"))
     render_calibration(console, fit)
     console.print(f"wrote {path}")
 
@@ -408,7 +457,8 @@ def abstain(
         cal = load_calibrator(calibrator) if calibrator else None
         fit = abstain_run(run_dir, scorer, alpha=alpha, delta=delta, calibrator=cal,
                           grader=grader, seed=seed)
-        path = fit.policy.save(out or run_dir / f"policy-{scorer}-a{alpha:g}-d{delta:g}.json")
+        path = fit.policy.save(_output(
+            out or run_dir / f"policy-{scorer}-a{alpha:g}-d{delta:g}.json", "--out"))
     render_abstention(console, fit)
     console.print(f"wrote {path}")
 

@@ -11,7 +11,8 @@ and what to do about it::
     │   ├── RateLimited                  429 after all retries
     │   └── BackendTimeout               no answer within the timeout
     └── StoreError                       the run store cannot be used
-        └── ConfigMismatch               resuming a run with another configuration
+        ├── ConfigMismatch               resuming a run with another configuration
+        └── StoreDamaged                 run.sqlite is damaged (export recovers what is readable)
 
 ``CannotScore`` is not an error the user sees: a scorer raises it to say why it
 produced no value, and the runner stores NaN with that reason.
@@ -28,6 +29,7 @@ __all__ = [
     "InvalidInputError",
     "ModelLoadError",
     "RateLimited",
+    "StoreDamaged",
     "StoreError",
     "UnknownNameError",
 ]
@@ -80,6 +82,11 @@ class StoreError(ConfideError):
 
 class ConfigMismatch(StoreError):
     """An existing run directory holds a run with a different configuration."""
+
+
+class StoreDamaged(StoreError):
+    """The run database is damaged: nothing more is written; its readable records can be
+    exported (``confide export``)."""
 
 
 class CannotScore(Exception):

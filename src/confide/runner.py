@@ -17,10 +17,12 @@ from typing import Any
 
 from confide.backends import Backend, GenerationSpec, item_seed, load_backend
 from confide.backends.models import DEFAULT_MODEL
-from confide.errors import ConfigMismatch
+from confide.errors import ConfigMismatch, InvalidInputError, StoreError
 from confide.grading import GRADERS
 from confide.judges import JUDGES, default_judge, make_judge
+from confide.options import check_hidden_layers, check_option, check_prompt_fits, check_sampling
 from confide.pipeline import DEFAULT_SCORERS, GenerationFailed, Pipeline, check_question
+from confide.records import Item
 from confide.scorers import SCORERS
 from confide.store import RunStore, config_differences
 from confide.tasks import Task, load_task
@@ -52,6 +54,25 @@ class RunConfig:
     judge: str | None = None  # semantic scorers' equivalence judge; None: the task's default
     judge_options: dict[str, Any] = field(default_factory=dict)
     on_bad_record: str = "raise"  # "skip": skip malformed data records, counted in Task.skipped
+
+    def __post_init__(self) -> None:
+        # Refuse a bad option before anything is loaded or stored (rules: confide.options).
+        for name, value in (("batch_size", self.batch_size), ("temperature", self.temperature),
+                            ("top_p", self.top_p), ("seed", self.seed),
+                            ("max_new_tokens", self.max_new_tokens),
+                            ("n_samples", self.n_samples)):
+            if value is not None:
+                check_option(name, value)
+        if self.limit is not None and (isinstance(self.limit, bool)
+                                       or not isinstance(self.limit, int) or self.limit < 1):
+            raise InvalidInputError(f"must be a positive integer or None (all), not "
+                                    f"{self.limit!r}", field="limit")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in self.hidden_layers):
+            raise InvalidInputError(f"must be integers, not {list(self.hidden_layers)!r}",
+                                    field="hidden_layers")
+        if self.on_bad_record not in ("raise", "skip"):
+            raise InvalidInputError(f"must be 'raise' or 'skip', not {self.on_bad_record!r}",
+                                    field="on_bad_record")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -94,6 +115,19 @@ def execute(config: RunConfig, out: str | Path, *, backend: Backend | None = Non
     GRADERS[grader]
     for item in task.items:
         check_question(item)
+    check_sampling(config.n_samples if config.n_samples is not None else max(
+        [SCORERS[s].n_samples for s in config.scorers], default=0), config.temperature)
+    max_new_tokens = config.max_new_tokens or task.max_new_tokens
+    checked = False
+    if Path(out).exists() and not Path(out).is_dir():
+        raise StoreError(f"{out}: is a file; the run's output must be a directory")
+    if not (Path(out) / "run.sqlite").exists():
+        # A new run: check what only the model can tell before the run directory exists,
+        # so a bad option never leaves a half-made run that refuses the corrected command.
+        if backend is None:
+            backend = load_backend(config.backend, config.model, batch_size=config.batch_size)
+        _check_against_model(backend, task, task.items, config.hidden_layers, max_new_tokens)
+        checked = True
     store = RunStore.open(out, _identity(config, task))
     try:
         done = store.done_ids()
@@ -106,6 +140,8 @@ def execute(config: RunConfig, out: str | Path, *, backend: Backend | None = Non
             return RunOutcome(Path(out), task, total, 0, skipped)
         if backend is None:
             backend = load_backend(config.backend, config.model, batch_size=config.batch_size)
+        if not checked:
+            _check_against_model(backend, task, todo, config.hidden_layers, max_new_tokens)
         _check_backend(store, backend)
         judge = make_judge(config.judge or default_judge(task.grader), backend=backend,
                            **config.judge_options)
@@ -113,7 +149,7 @@ def execute(config: RunConfig, out: str | Path, *, backend: Backend | None = Non
                               seed=config.seed)
         store.set_meta("skipped_scorers", pipe.skipped)
         spec = GenerationSpec(
-            max_new_tokens=config.max_new_tokens or task.max_new_tokens,
+            max_new_tokens=max_new_tokens,
             stop=tuple(task.stop),
             n_samples=config.n_samples if config.n_samples is not None else pipe.n_samples,
             temperature=config.temperature, top_p=config.top_p,
@@ -148,6 +184,25 @@ def execute(config: RunConfig, out: str | Path, *, backend: Backend | None = Non
         return outcome
     finally:
         store.close()
+
+
+def _check_against_model(backend: Backend, task: Task, items: list[Item],
+                         hidden_layers: tuple[int, ...], max_new_tokens: int) -> None:
+    """Hidden layers the model has, and prompts that fit its context window (where known)."""
+    n_layers = getattr(backend, "n_layers", None)
+    if hidden_layers and n_layers is not None:
+        check_hidden_layers(hidden_layers, n_layers)
+    window = getattr(backend, "context_window", None)
+    encode = getattr(backend, "encode", None)
+    if window is None or encode is None:
+        return
+    for item in items:
+        prompt = task.render(item, chat=backend.has_chat_template)
+        chars = len(prompt) if isinstance(prompt, str) else sum(len(m["content"]) for m in prompt)
+        # A prompt far too long is refused by its length alone: tokenizing megabytes
+        # first would only keep the user waiting.
+        check_prompt_fits(item.id, max_new_tokens, window, n_chars=chars)
+        check_prompt_fits(item.id, max_new_tokens, window, n_tokens=len(encode(prompt)))
 
 
 def _check_backend(store: RunStore, backend: Backend) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from confide.backends import Backend
 from confide.backends.models import DEFAULT_MODEL
+from confide.errors import InvalidInputError
 from confide.evaluation import DEFAULT_METRICS, EvalTable, evaluate_records, scorer_order
 from confide.records import Record
 from confide.runner import Progress, RunConfig, RunOutcome, execute
@@ -50,6 +51,12 @@ class Run:
                  n_resamples: int = 1000, seed: int | None = None,
                  metric_options: dict[str, dict[str, Any]] | None = None) -> EvalTable:
         """Recompute the table from the stored records (no model needed)."""
+        stored_graders = sorted({g for r in self.records for g in r.grades})
+        if grader is not None and grader not in stored_graders:  # not an empty table
+            raise InvalidInputError(
+                f"the run at {self.path} has no {grader!r} grades; stored: "
+                f"{', '.join(stored_graders) or 'none (its items have no references)'}",
+                field="grader")
         scorers = scorer_order(self.config, self.skipped_scorers, self.records)
         return evaluate_records(self.records, grader=grader or self.grader,
                                 scorers=scorers or None, metrics=metrics,

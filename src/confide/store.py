@@ -5,6 +5,11 @@ item id, so a run killed at any moment (SIGKILL included) resumes with the same
 command, redoes only unfinished items and never stores one twice. The run's
 configuration is stored with it; opening the directory with a different one
 raises :class:`~confide.errors.ConfigMismatch` naming what differs.
+
+A database damaged on disk raises :class:`~confide.errors.StoreDamaged`, which
+says how many records are still readable; :meth:`RunStore.export` writes those
+(record by record, past the damage), and a resumed run refuses to write into
+a damaged store.
 """
 
 from __future__ import annotations
@@ -15,12 +20,14 @@ import math
 import sqlite3
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from confide.errors import ConfigMismatch, StoreError
+from confide.errors import ConfigMismatch, StoreDamaged, StoreError
+from confide.outputs import writable_file
 from confide.records import Record
 
 __all__ = ["RunStore", "record_row"]
@@ -89,6 +96,7 @@ class RunStore:
     def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
         self.path = path
         self._conn = conn
+        self.unreadable = 0  # records the last export could not read (a damaged store)
 
     @classmethod
     def open(cls, path: str | Path, config: dict[str, Any] | None = None, *,
@@ -102,27 +110,34 @@ class RunStore:
         db = path / "run.sqlite"
         if not db.exists() and (config is None or not create):
             raise StoreError(f"{path}: no run here (missing run.sqlite)")
+        existed = db.exists()
         try:
             path.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(db, timeout=30, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.executescript(_SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"{db}: cannot open run database: {exc}") from exc
         store = cls(path, conn)
-        if config is not None:
-            stored = store.config
-            if stored is None:
-                store.set_meta("config", config)
-                store.set_meta("created_at", time.time())
-            elif stored != json.loads(json.dumps(config)):
-                diffs = config_differences(stored, json.loads(json.dumps(config)))
-                conn.close()
-                raise ConfigMismatch(
-                    f"{path} holds a run with a different configuration:\n  "
-                    + "\n  ".join(diffs)
-                    + "\nUse another output directory, or the same settings to resume.")
+        try:
+            with store._guard():
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.executescript(_SCHEMA)
+                if config is not None and existed:
+                    store._check_integrity()  # never write into a damaged store
+            if config is not None:
+                wanted = json.loads(json.dumps(config))
+                stored = store.config
+                if stored is None:
+                    store.set_meta("config", config)
+                    store.set_meta("created_at", time.time())
+                elif stored != wanted:
+                    raise ConfigMismatch(
+                        f"{path} holds a run with a different configuration:\n  "
+                        + "\n  ".join(config_differences(stored, wanted))
+                        + "\nUse another output directory, or the same settings to resume.")
+        except BaseException:
+            conn.close()
+            raise
         return store
 
     def close(self) -> None:
@@ -134,15 +149,106 @@ class RunStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- damage ------------------------------------------------------------------
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        """Turn SQLite's low-level errors into errors that say what happened and what to do."""
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            text = str(exc).lower()
+            if "locked" in text or "busy" in text:
+                raise StoreError(f"{self.path}: the run database is busy ({exc}); another "
+                                 "confide process is writing it, try again when it ends"
+                                 ) from exc
+            raise self._damaged(str(exc)) from exc
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(str(exc)) from exc
+
+    def _damaged(self, detail: str) -> StoreDamaged:
+        try:
+            readable, unreadable = self.count_readable()
+            saved = (f"{readable} record(s) are still readable"
+                     + (f" and {unreadable} are not" if unreadable else ""))
+        except sqlite3.Error:
+            saved = "no record can be read"
+        return StoreDamaged(
+            f"{self.path / 'run.sqlite'} is damaged ({detail}); {saved}. Recover them with "
+            f"`confide export {self.path} --out FILE`, then run again into a new directory.")
+
+    def _check_integrity(self) -> None:
+        problems = [r[0] for r in self._conn.execute("PRAGMA quick_check(5)")]
+        if problems != ["ok"]:
+            raise self._damaged("; ".join(problems))
+
+    def _readable_rows(self) -> Iterator[tuple[int, str, bytes | None]]:
+        """``(position, data, NULL)`` of each record that can still be read, row by row.
+
+        Reading by rowid one at a time walks past damaged pages that stop a full scan.
+        """
+        try:
+            top = self._conn.execute("SELECT max(rowid) FROM records").fetchone()[0]
+        except sqlite3.DatabaseError:
+            top = None
+        rowid, misses = 0, 0
+        while (rowid < top) if top is not None else (misses < 10_000):
+            rowid += 1
+            try:
+                row = self._conn.execute("SELECT position, data FROM records WHERE rowid = ?",
+                                         (rowid,)).fetchone()
+            except sqlite3.DatabaseError:
+                row = None
+            if row is None:
+                misses += 1
+                continue
+            misses = 0
+            yield row[0], row[1], None
+
+    def count_readable(self) -> tuple[int, int]:
+        """``(readable, unreadable)`` records; unreadable counts those found but not parsed."""
+        readable = unreadable = 0
+        for _, data, _ in self._readable_rows():
+            try:
+                Record.from_dict(json.loads(data))
+                readable += 1
+            except (ValueError, KeyError, TypeError):
+                unreadable += 1
+        return readable, unreadable
+
+    def readable_records(self) -> tuple[list[Record], int]:
+        """Every record that can be read (all of them in an intact store) and the count of
+        those that could not; for :meth:`export` of a damaged store."""
+        try:
+            return self.records(), 0
+        except StoreDamaged:
+            pass
+        found: list[tuple[int, Record]] = []
+        bad = 0
+        for position, data, _ in self._readable_rows():
+            try:
+                found.append((position, Record.from_dict(json.loads(data))))
+            except (ValueError, KeyError, TypeError):
+                bad += 1
+        found.sort(key=lambda pr: pr[0])
+        return [r for _, r in found], bad
+
     # -- metadata ----------------------------------------------------------------
 
     def set_meta(self, key: str, value: Any) -> None:
-        self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
-                           (key, json.dumps(value)))
+        with self._guard():
+            self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
+                               (key, json.dumps(value)))
 
     def get_meta(self, key: str, default: Any = None) -> Any:
-        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return default if row is None else json.loads(row[0])
+        with self._guard():
+            row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return default
+        try:
+            return json.loads(row[0])
+        except ValueError as exc:
+            raise self._damaged(f"metadata {key!r} is not JSON") from exc
 
     @property
     def config(self) -> dict[str, Any] | None:
@@ -151,15 +257,17 @@ class RunStore:
     # -- records -----------------------------------------------------------------
 
     def done_ids(self) -> set[str]:
-        return {r[0] for r in self._conn.execute("SELECT item_id FROM records")}
+        with self._guard():
+            return {r[0] for r in self._conn.execute("SELECT item_id FROM records")}
 
     def __len__(self) -> int:
-        return int(self._conn.execute("SELECT COUNT(*) FROM records").fetchone()[0])
+        with self._guard():
+            return int(self._conn.execute("SELECT COUNT(*) FROM records").fetchone()[0])
 
     def put(self, record: Record, position: int) -> bool:
         """Store one complete record in one transaction; False if it was already stored."""
         data = json.dumps(record.to_dict(), allow_nan=False)
-        with self._conn:
+        with self._guard(), self._conn:
             self._conn.execute("BEGIN IMMEDIATE")
             cur = self._conn.execute(
                 "INSERT OR IGNORE INTO records(position, item_id, data, hidden, stored_at) "
@@ -171,14 +279,14 @@ class RunStore:
     def replace(self, record: Record) -> None:
         """Rewrite a stored record (new scores or grades); its hidden states are kept."""
         data = json.dumps(record.to_dict(), allow_nan=False)
-        with self._conn:
+        with self._guard(), self._conn:
             self._conn.execute("BEGIN IMMEDIATE")
             self._conn.execute("UPDATE records SET data = ? WHERE item_id = ?",
                                (data, record.item.id))
 
     def record_failure(self, item_id: str, error: str) -> None:
         """Remember an item that failed (it is retried on resume, never dropped)."""
-        with self._conn:
+        with self._guard(), self._conn:
             self._conn.execute("BEGIN IMMEDIATE")
             self._conn.execute(
                 "INSERT INTO failures(item_id, error, attempts, failed_at) VALUES (?, ?, 1, ?) "
@@ -187,15 +295,21 @@ class RunStore:
                 (item_id, error, time.time()))
 
     def failures(self) -> dict[str, str]:
-        return dict(self._conn.execute("SELECT item_id, error FROM failures"))
+        with self._guard():
+            return dict(self._conn.execute("SELECT item_id, error FROM failures"))
 
     def iter_records(self, *, hidden: bool = False) -> Iterator[Record]:
         column = "hidden" if hidden else "NULL"
-        for data, blob in self._conn.execute(
-                f"SELECT data, {column} FROM records ORDER BY position"):
-            record = Record.from_dict(json.loads(data))
-            _unpack_hidden(record, blob)
-            yield record
+        with self._guard():
+            for item_id, data, blob in self._conn.execute(
+                    f"SELECT item_id, data, {column} FROM records ORDER BY position"):
+                try:
+                    record = Record.from_dict(json.loads(data))
+                    _unpack_hidden(record, blob)
+                except (ValueError, KeyError, TypeError, OSError) as exc:
+                    raise self._damaged(f"record {item_id!r} cannot be read: "
+                                        f"{type(exc).__name__}: {exc}") from exc
+                yield record
 
     def records(self, *, hidden: bool = False) -> list[Record]:
         return list(self.iter_records(hidden=hidden))
@@ -207,33 +321,41 @@ class RunStore:
         fmt = fmt.lower()
         if fmt not in ("jsonl", "csv", "parquet"):
             raise StoreError(f"unknown export format {fmt!r}; use jsonl, csv or parquet")
-        target = Path(path) if path else self.path / f"records.{fmt}"
-        rows = [record_row(r) for r in self.iter_records()]
-        if fmt == "jsonl":
-            with open(target, "w", encoding="utf-8") as fh:
-                for row in rows:
-                    fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-            return target
-        import pyarrow as pa
-
-        columns = sorted({k for row in rows for k in row}, key=_column_order)
-        table = pa.Table.from_pylist(
-            [{k: row.get(k) for k in columns} for row in rows]) if rows else pa.table({})
-        if fmt == "csv":
-            import pyarrow.csv as pacsv
-
-            flat = table
-            for i, name in enumerate(flat.column_names):  # csv cannot hold lists
-                if pa.types.is_list(flat.schema.field(name).type):
-                    joined = [None if v is None else " | ".join(map(str, v))
-                              for v in flat.column(name).to_pylist()]
-                    flat = flat.set_column(i, name, pa.array(joined, pa.string()))
-            pacsv.write_csv(flat, target)
-        else:
-            import pyarrow.parquet as pq
-
-            pq.write_table(table, target)
+        target = writable_file(path, "out") if path else self.path / f"records.{fmt}"
+        records, self.unreadable = self.readable_records()
+        rows = [record_row(r) for r in records]
+        try:
+            _write_rows(rows, fmt, target)
+        except OSError as exc:
+            raise StoreError(f"{target}: cannot write: {exc.strerror or exc}") from exc
         return target
+
+
+def _write_rows(rows: list[dict[str, Any]], fmt: str, target: Path) -> None:
+    if fmt == "jsonl":
+        with open(target, "w", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+        return
+    import pyarrow as pa
+
+    columns = sorted({k for row in rows for k in row}, key=_column_order)
+    table = pa.Table.from_pylist(
+        [{k: row.get(k) for k in columns} for row in rows]) if rows else pa.table({})
+    if fmt == "csv":
+        import pyarrow.csv as pacsv
+
+        flat = table
+        for i, name in enumerate(flat.column_names):  # csv cannot hold lists
+            if pa.types.is_list(flat.schema.field(name).type):
+                joined = [None if v is None else " | ".join(map(str, v))
+                          for v in flat.column(name).to_pylist()]
+                flat = flat.set_column(i, name, pa.array(joined, pa.string()))
+        pacsv.write_csv(flat, target)
+    else:
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, target)
 
 
 def _column_order(name: str) -> tuple[int, str]:

@@ -132,7 +132,7 @@ def test_serve_calibrates_and_abstains_under_a_policy(hf_model, tmp_path):
                          policy=policy, abstain_message="Ask a human.")
         with running(app) as url:
             client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
-            reply = client.chat.completions.create(model="any", messages=question,
+            reply = client.chat.completions.create(model="smollm2", messages=question,
                                                    max_tokens=12)
         info = reply.confide
         c = info["confidences"]["mean_logprob"]

@@ -14,6 +14,7 @@ import hashlib
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from confide.options import check_option, check_stop
 from confide.records import Generation, Message
 from confide.registry import Registry, load_object
 
@@ -37,6 +38,12 @@ class GenerationSpec:
     top_k_alternatives: int = 10
     hidden_layers: tuple[int, ...] = ()
     greedy: bool = True
+
+    def __post_init__(self) -> None:
+        # The one set of rules (confide.options) also guards direct API use.
+        for name in ("max_new_tokens", "n_samples", "temperature", "top_p"):
+            check_option(name, getattr(self, name))
+        check_stop(self.stop, most=None)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

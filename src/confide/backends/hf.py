@@ -343,6 +343,17 @@ class HFBackend:
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         return input_ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
 
+    @property
+    def n_layers(self) -> int:
+        """Transformer blocks: hidden-state layers are 0 (embeddings) .. n_layers."""
+        return int(self.model.config.num_hidden_layers)
+
+    @property
+    def context_window(self) -> int | None:
+        """Most tokens (prompt + answer) the model was trained to attend over, if stated."""
+        window = getattr(self.model.config, "max_position_embeddings", None)
+        return int(window) if window else None
+
     # -- prompts ---------------------------------------------------------------
 
     def encode(self, prompt: Prompt) -> list[int]:

@@ -51,7 +51,7 @@ from confide.backends.base import GenerationResult, GenerationSpec, Prompt
 from confide.errors import BackendError, BackendTimeout, InvalidInputError, RateLimited
 from confide.records import Generation, Message
 
-__all__ = ["OpenAIBackend"]
+__all__ = ["OpenAIBackend", "endpoint_url"]
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +108,17 @@ def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(coro)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:  # e.g. inside a notebook
         return pool.submit(asyncio.run, coro).result()
+
+
+def endpoint_url(base_url: str, endpoint: str) -> str:
+    """``base_url`` with ``/endpoint`` added to its path; a query string is kept.
+
+    >>> endpoint_url("https://x.example/openai/v1?api-version=2024-06-01", "chat/completions")
+    'https://x.example/openai/v1/chat/completions?api-version=2024-06-01'
+    """
+    parts = urlsplit(base_url)
+    path = f"{parts.path.rstrip('/')}/{endpoint}"
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))
 
 
 def _public_url(url: str) -> str:
@@ -191,7 +202,7 @@ class OpenAIBackend:
             raise InvalidInputError(f"must be true, false or 'auto', got {logprobs!r}",
                                     field="logprobs")
         self.model = model
-        self.base_url = url.rstrip("/")
+        self.base_url = url
         self.api_key_env = api_key_env
         self._secret = _Secret(os.environ.get(api_key_env))
         self.concurrency = int(concurrency)
@@ -373,7 +384,7 @@ class OpenAIBackend:
     async def _post(self, session: _Session, payload: dict[str, Any],
                     parse: Callable[[Any], T]) -> T:
         """POST one request; retry what can be retried; return ``parse(json)``."""
-        url = f"{self.base_url}/chat/completions"
+        url = endpoint_url(self.base_url, "chat/completions")
         shown = _public_url(url)
         attempts = self.max_retries + 1
         failure: BackendError = BackendError("no attempt made")

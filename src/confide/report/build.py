@@ -69,7 +69,23 @@ def _environment() -> Environment:
 
 def _load(run_dir: str | Path) -> tuple[list[Record], dict[str, Any], dict[str, str]]:
     with RunStore.open(run_dir) as store:
-        return store.records(), store.config or {}, store.get_meta("skipped_scorers", {})
+        return (store.records(), shareable_config(store.config or {}),
+                store.get_meta("skipped_scorers", {}))
+
+
+def shareable_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The run configuration with local paths cut to file names: a report travels, and the
+    data file's or model's folder (a user name, a project) must not travel with it."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out[key] = shareable_config(value)
+        elif key in ("data_file", "data_path", "model") and isinstance(value, str) \
+                and (Path(value).is_absolute() or value.startswith((".", "~"))):
+            out[key] = Path(value).name
+        else:
+            out[key] = value
+    return out
 
 
 def _charts(view: RunView, keys: dict[str, int]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ def build_app(*, model: str, backend: str = "hf", base_url: str | None = None,
               api_key_env: str = "OPENAI_API_KEY", scorers: tuple[str, ...] | None = None,
               calibrator: str | None = None, policy: str | None = None,
               abstain_message: str | None = None, limits: Limits | None = None,
-              timeout: float = 120.0, concurrency: int = 8, max_batch: int = 8) -> Any:
+              timeout: float = 120.0, concurrency: int = 8, max_batch: int = 1) -> Any:
     """The FastAPI app for ``confide serve`` (model loaded, decisions loaded)."""
     from confide.backends import load_backend
     from confide.serve.app import DEFAULT_ABSTAIN_MESSAGE, create_app

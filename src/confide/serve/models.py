@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from confide.options import check_option, check_stop
 
 __all__ = ["ChatCompletionRequest", "ChatMessage", "Limits", "TextPart"]
 
@@ -57,21 +59,37 @@ class ChatCompletionRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
     model: str = Field(min_length=1, max_length=256)
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    n: int = Field(default=1, ge=1)
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    n: int = 1
+    temperature: float | None = None
+    top_p: float | None = None
     stop: str | list[str] | None = None
     seed: int | None = None
     logprobs: bool | None = None
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    top_logprobs: int | None = None
     stream: bool | None = None
 
+    # The ranges are confide's, shared with the CLI and the API (confide.options);
+    # an InvalidInputError is a ValueError, which pydantic turns into a 400.
+    @field_validator("max_tokens", "max_completion_tokens")
+    @classmethod
+    def _budget(cls, value: int | None) -> int | None:
+        return None if value is None else check_option("max_new_tokens", value, field="")
+
+    @field_validator("n", "temperature", "top_p", "top_logprobs")
+    @classmethod
+    def _ranged(cls, value: Any, info: Any) -> Any:
+        return None if value is None else check_option(info.field_name, value, field="")
+
+    @field_validator("stop")
+    @classmethod
+    def _stop(cls, value: str | list[str] | None) -> str | list[str] | None:
+        check_stop(value)
+        return value
+
     def stop_list(self) -> tuple[str, ...]:
-        if self.stop is None:
-            return ()
-        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+        return check_stop(self.stop)
 
     def answer_budget(self, limits: Limits) -> int:
         return self.max_completion_tokens or self.max_tokens or limits.default_max_tokens

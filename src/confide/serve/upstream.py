@@ -30,7 +30,7 @@ class _Job:
 class Upstream:
     """Wraps a backend for the server. Call :meth:`start` and :meth:`stop` inside the loop."""
 
-    def __init__(self, backend: Backend, *, timeout: float = 120.0, max_batch: int = 8) -> None:
+    def __init__(self, backend: Backend, *, timeout: float = 120.0, max_batch: int = 1) -> None:
         self.backend = backend
         self.timeout = timeout
         self.max_batch = max_batch

@@ -70,6 +70,9 @@ def load_task(name_or_path: str, *, limit: int | None = None, data_path: str | N
     else:
         if data_path is not None:
             raise InvalidInputError("only applies to built-in tasks", field="data_path")
+        if Path(name_or_path).is_dir():
+            raise InvalidInputError("is a directory; --task takes a task name (confide tasks) "
+                                    f"or a data file ({', '.join(SUFFIXES)})", file=name_or_path)
         if name_or_path.startswith("hf:"):
             result = load_hf_dataset(name_or_path[3:], on_bad_record=on_bad_record, **options)
         elif Path(name_or_path).suffix.lower() in SUFFIXES and Path(name_or_path).is_file():
@@ -79,6 +82,10 @@ def load_task(name_or_path: str, *, limit: int | None = None, data_path: str | N
         else:
             raise UnknownNameError(TASKS._unknown_message(name_or_path)
                                    + f"; nor a data file ({', '.join(SUFFIXES)}) or hf:<name>")
+    if not result.items:  # an empty run would "succeed" with nothing to show
+        skipped = f"; {len(result.skipped)} bad record(s) skipped" if result.skipped else ""
+        raise InvalidInputError(f"no usable records{skipped}",
+                                file=result.data_file or name_or_path)
     _apply_common(result, common)
     if limit is not None:
         if not isinstance(limit, int) or limit < 1:

@@ -250,8 +250,10 @@ class BadRecords:
         """Raise ``error``, or record it when skipping."""
         if self.policy == "raise":
             raise error
-        where = f"{error.file}:{error.line}" if error.file is not None else "?"
-        self.skipped.append((where, str(error)))
+        where = ("?" if error.file is None else error.file if error.line is None
+                 else f"{error.file}:{error.line}")
+        # The location is kept apart, so a listing does not print it twice.
+        self.skipped.append((where, str(error).removeprefix(f"{where}: ")))
 
 
 def pop_options(options: dict[str, Any], allowed: dict[str, Any], task_name: str

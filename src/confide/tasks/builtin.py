@@ -28,6 +28,11 @@ def _data_file(default: Path, data_path: str | None) -> Path:
     p = Path(data_path) if data_path is not None else default
     if not p.exists():
         raise InvalidInputError("no such file", file=str(p), field="data_path")
+    if p.is_dir() != default.is_dir():
+        want = "a directory" if default.is_dir() else "a file"
+        raise InvalidInputError(f"this task reads {want} here, not "
+                                f"{'a directory' if p.is_dir() else 'a file'}", file=str(p),
+                                field="data_path")
     return p
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,11 +47,36 @@ __all__ = ["SUFFIXES", "iter_csv", "iter_json_array", "iter_jsonl", "iter_parque
 SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 
 
+def _not_utf8(path: Path, line: int, raw: bytes, exc: UnicodeDecodeError) -> InvalidInputError:
+    column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+    return InvalidInputError(f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {column}); "
+                             "save the file as UTF-8", file=str(path), line=line,
+                             field="encoding")
+
+
+def _decode(path: Path, raw: bytes, first_line: int = 1) -> str:
+    """UTF-8 text (a leading byte-order mark dropped) or an error naming line and column."""
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = first_line + raw.count(b"\n", 0, exc.start)
+        raise _not_utf8(path, line, raw, exc) from None
+
+
+def _is_utf8(text: str) -> bool:
+    # Text read with errors="surrogateescape" holds lone surrogates where bytes were not UTF-8.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def iter_json_array(path: str | Path, bad: BadRecords) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(n, object)`` for each element of a JSON file holding one array (n 1-based)."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(_decode(path, path.read_bytes()))
     except json.JSONDecodeError as exc:
         raise InvalidInputError(f"malformed JSON ({exc.msg} at column {exc.colno})",
                                 file=str(path), line=exc.lineno, field="record") from exc
@@ -68,8 +94,16 @@ def iter_json_array(path: str | Path, bad: BadRecords) -> Iterator[tuple[int, di
 def iter_jsonl(path: str | Path, bad: BadRecords) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line, object)`` for each non-blank line of a JSON Lines file."""
     path = Path(path)
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, start=1):
+    with path.open("rb") as fh:
+        for n, raw in enumerate(fh, start=1):
+            try:
+                line = _decode(path, raw, n) if n == 1 else raw.decode("utf-8")
+            except UnicodeDecodeError as exc:  # this line only: skippable
+                bad.bad(_not_utf8(path, n, raw, exc))
+                continue
+            except InvalidInputError as exc:
+                bad.bad(exc)
+                continue
             if not line.strip():
                 continue
             try:
@@ -88,7 +122,9 @@ def iter_jsonl(path: str | Path, bad: BadRecords) -> Iterator[tuple[int, dict[st
 def iter_csv(path: str | Path, bad: BadRecords) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line, row)`` for each row of a CSV file with a header row."""
     path = Path(path)
-    with path.open(encoding="utf-8", newline="") as fh:
+    # utf-8-sig: a spreadsheet's "CSV UTF-8" starts with a byte-order mark, which must not
+    # become part of the first column's name.
+    with path.open(encoding="utf-8-sig", errors="surrogateescape", newline="") as fh:
         reader = csv.reader(fh)
         try:
             header = next(reader)
@@ -97,6 +133,9 @@ def iter_csv(path: str | Path, bad: BadRecords) -> Iterator[tuple[int, dict[str,
         except csv.Error as exc:
             raise InvalidInputError(f"malformed CSV header: {exc}", file=str(path), line=1,
                                     field="header") from exc
+        if not _is_utf8("".join(header)):
+            raise InvalidInputError("not UTF-8 text; save the file as UTF-8", file=str(path),
+                                    line=1, field="encoding")
         while True:
             start = reader.line_num + 1
             try:
@@ -108,6 +147,10 @@ def iter_csv(path: str | Path, bad: BadRecords) -> Iterator[tuple[int, dict[str,
                                           field="record"))
                 continue
             if not row:
+                continue
+            if not _is_utf8("".join(row)):
+                bad.bad(InvalidInputError("not UTF-8 text; save the file as UTF-8",
+                                          file=str(path), line=start, field="encoding"))
                 continue
             if len(row) != len(header):
                 bad.bad(InvalidInputError(f"{len(row)} fields, header has {len(header)}",
@@ -138,7 +181,12 @@ def _as_texts(value: Any, separator: str | None) -> list[str]:
         return out
     if isinstance(value, bool):
         return [str(value).lower()]
-    if isinstance(value, (int, float)):
+    if isinstance(value, float):
+        if math.isnan(value):  # a missing cell of a numeric column
+            return []
+        # 6.0 (a numeric column, or JSON 6.0) is the answer "6": "The answer is 6" is right.
+        return [str(int(value)) if value.is_integer() else repr(value)]
+    if isinstance(value, int):
         return [str(value)]
     if not isinstance(value, str):
         raise TypeError(type(value).__name__)
@@ -161,7 +209,9 @@ def records_to_items(rows: Iterator[tuple[int, dict[str, Any]]], *, source: str,
                   else list(reference_field or ["references"]))
     items: list[Item] = []
     seen: set[str] = set()
+    fields_seen: set[str] = set()
     for line, rec in rows:
+        fields_seen.update(rec)
         def err(msg: str, fld: str) -> InvalidInputError:
             return InvalidInputError(msg, file=source, line=line, field=fld)
 
@@ -221,7 +271,27 @@ def records_to_items(rows: Iterator[tuple[int, dict[str, Any]]], *, source: str,
         seen.add(item_id)
         items.append(Item(id=item_id, prompt=question, references=_dedupe(refs),
                           metadata=metadata))
+    _check_references_found(items, fields_seen, explicit_refs, source)
     return items
+
+
+# Fields people name their answers when they mean confide's "references".
+ANSWER_LIKE = ("answer", "answers", "reference", "ground_truth", "gold", "target",
+               "expected_answer", "solution")
+
+
+def _check_references_found(items: list[Item], fields: set[str], explicit: bool,
+                            source: str) -> None:
+    # Data without references is scored, not graded; but an "answer" column left unmapped
+    # would silently leave every item ungraded, so say how to map it instead.
+    if explicit or not items or any(it.references for it in items):
+        return
+    likely = [f for f in ANSWER_LIKE if f in fields]
+    if likely:
+        raise InvalidInputError(
+            f"no 'references' field, so nothing could be graded, but the records have "
+            f"{likely[0]!r}: map it with --reference-field {likely[0]} "
+            f"(Python: reference_field={likely[0]!r})", file=source, field="references")
 
 
 def _choice_references(refs: list[str], choices: list[str]) -> list[str]:
@@ -242,9 +312,9 @@ def _choice_references(refs: list[str], choices: list[str]) -> list[str]:
 
 
 def _starts_with_array(path: Path) -> bool:
-    with path.open(encoding="utf-8") as fh:
-        head = fh.read(4096).lstrip()
-    return head.startswith("[")
+    with path.open("rb") as fh:
+        head = fh.read(4096).removeprefix(b"\xef\xbb\xbf").lstrip()
+    return head.startswith(b"[")
 
 
 _MAPPING_DEFAULTS: dict[str, Any] = {
@@ -283,7 +353,11 @@ def load_user_file(path: str | Path, *, on_bad_record: str = "raise",
     mapping = pop_options(options, _MAPPING_DEFAULTS, p.name)
     bad = BadRecords(on_bad_record)
     suffix = p.suffix.lower()
-    if suffix == ".json" and _starts_with_array(p):
+    try:
+        array = suffix == ".json" and _starts_with_array(p)
+    except OSError as exc:
+        raise InvalidInputError(f"cannot read: {exc.strerror or exc}", file=str(p)) from exc
+    if array:
         rows = iter_json_array(p, bad)
     elif suffix in (".jsonl", ".json"):
         rows = iter_jsonl(p, bad)
@@ -294,12 +368,16 @@ def load_user_file(path: str | Path, *, on_bad_record: str = "raise",
     else:
         raise InvalidInputError(f"unsupported file type {suffix!r}; use one of {SUFFIXES}",
                                 file=str(p))
-    items = records_to_items(rows, source=str(p), stem=p.stem, bad=bad,
-                             **{k: mapping[k] for k in ("question_field", "reference_field",
-                                                        "alias_separator", "id_field",
-                                                        "choices_field")})
+    try:
+        items = records_to_items(rows, source=str(p), stem=p.stem, bad=bad,
+                                 **{k: mapping[k] for k in ("question_field", "reference_field",
+                                                            "alias_separator", "id_field",
+                                                            "choices_field")})
+    except OSError as exc:
+        raise InvalidInputError(f"cannot read: {exc.strerror or exc}", file=str(p)) from exc
     if not items:
-        raise InvalidInputError("no usable records", file=str(p))
+        skipped = f"; {len(bad.skipped)} bad record(s) skipped" if bad.skipped else ""
+        raise InvalidInputError(f"no usable records{skipped}", file=str(p))
     return _finish_user_task(p.stem, items, mapping, data_file=str(p.resolve()),
                              sha=file_sha256(p), bad=bad)
 
