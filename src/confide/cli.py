@@ -191,13 +191,19 @@ def compare(
 
 @app.command()
 def scorers() -> None:
-    """List the registered scorers with what they need."""
-    from confide.scorers import SCORERS
+    """List the registered scorers by family and cost, with what they need."""
+    from confide.scorers import FAMILIES, SCORERS, Cost
 
-    out = Table("scorer", "needs", "cost", "summary")
-    for spec in SCORERS.values():
-        out.add_row(spec.name, ", ".join(sorted(n.value for n in spec.needs)) or "–",
-                    spec.cost.value, spec.summary)
+    out = Table("family", "scorer", "cost", "needs", "summary")
+    families = list(dict.fromkeys([*FAMILIES, *(spec.family for spec in SCORERS.values())]))
+    costs = list(Cost)
+    for family in families:
+        specs = sorted((s for s in SCORERS.values() if s.family == family),
+                       key=lambda s: (costs.index(s.cost), s.name))
+        for i, spec in enumerate(specs):
+            out.add_row(family if i == 0 else "", spec.name, spec.cost.value,
+                        ", ".join(sorted(n.value for n in spec.needs)) or "–", spec.summary,
+                        end_section=i == len(specs) - 1)
     console.print(out)
 
 

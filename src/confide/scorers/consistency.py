@@ -70,7 +70,7 @@ _COCOA_NEEDS = {Need.SAMPLES, Need.TOKEN_LOGPROBS}
 
 @scorer("cocoa", needs=_COCOA_NEEDS, cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
 def cocoa(record: Record, ctx: ScoringContext) -> float:
-    r"""Negated CoCoA\ :sub:`MSP`: the greedy answer's uncertainty times its inconsistency.
+    r"""Negated CoCoA-MSP: the greedy answer's uncertainty times its inconsistency.
 
     .. math:: c = -\Big(-\log P(y^* \mid x)\Big) \cdot
               \frac{1}{k}\sum_{i=1}^{k}\big(1 - W_{y^*, s_i}\big)
@@ -90,7 +90,7 @@ def cocoa(record: Record, ctx: ScoringContext) -> float:
 
 @scorer("cocoa_ppl", needs=_COCOA_NEEDS, cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
 def cocoa_ppl(record: Record, ctx: ScoringContext) -> float:
-    r"""Negated CoCoA\ :sub:`PPL`: log-perplexity of the greedy answer times its inconsistency.
+    r"""Negated CoCoA-PPL: log-perplexity of the greedy answer times its inconsistency.
 
     .. math:: c = -\Big(-\frac{1}{T}\sum_{t=1}^{T}\log p_t(y^*_t)\Big) \cdot
               \frac{1}{k}\sum_{i=1}^{k}\big(1 - W_{y^*, s_i}\big)
@@ -110,7 +110,7 @@ def cocoa_ppl(record: Record, ctx: ScoringContext) -> float:
 @scorer("cocoa_mte", needs={Need.SAMPLES, Need.TOKEN_ENTROPIES}, cost=Cost.MODEL_CALLS,
         n_samples=DEFAULT_SAMPLES)
 def cocoa_mte(record: Record, ctx: ScoringContext) -> float:
-    r"""Negated CoCoA\ :sub:`MTE`: mean token entropy of the greedy answer times its inconsistency.
+    r"""Negated CoCoA-MTE: mean token entropy of the greedy answer times its inconsistency.
 
     .. math:: c = -\Big(\frac{1}{T}\sum_{t=1}^{T} H(p_t)\Big) \cdot
               \frac{1}{k}\sum_{i=1}^{k}\big(1 - W_{y^*, s_i}\big)
