@@ -275,8 +275,9 @@ def eval_(
 def fit_(
     run_dir: Annotated[Path, typer.Argument(help="graded run to train on")],
     out: Annotated[Path, typer.Option("-o", "--out", help="model file to write (JSON)")],
-    kind: Annotated[str, typer.Option(help="probe, lens (probe + token features) or combiner")
-                    ] = "probe",
+    kind: Annotated[str, typer.Option(
+        help="probe, lens (probe + token features), combiner, or a hidden-state density: "
+             "mahalanobis, relative_mahalanobis, huq")] = "probe",
     layer: Annotated[str, typer.Option(
         help="probe/lens: hidden key (8:mean, -1:last), a layer (8 = 8:mean) or 'best'")
                      ] = "best",
@@ -289,15 +290,19 @@ def fit_(
     folds: Annotated[int, typer.Option(help="cross-fitting folds")] = 5,
     seed: Annotated[int, typer.Option(help="fold and tree seed")] = 0,
     name: Annotated[Optional[str], typer.Option(help="score name (default: KIND:RUN)")] = None,
+    background: Annotated[Optional[Path], typer.Option(
+        help="relative_mahalanobis: a run of the same model on other text")] = None,
 ) -> None:
-    """Fit a hidden-state probe or a scorer combiner on a graded run; apply with eval --with."""
+    """Fit a hidden-state probe, density model or scorer combiner on a graded run; apply with
+    eval --with."""
     from confide import api
 
     chosen = [s.strip() for s in scorers.split(",") if s.strip()] if scorers else None
     with _user_errors():
         model = api.fit_learned(run_dir, kind=kind, out=out, layer=layer, scorers=chosen,
                                 estimator=estimator, grader=grader, n_folds=folds, seed=seed,
-                                **({"name": name} if name else {}))
+                                **({"name": name} if name else {}),
+                                **({"background": background} if background else {}))
     rep = model.report
     auroc = rep.get("oof_auroc")
     console.print(f"{model.kind} [bold]{escape(model.name)}[/bold] on {rep['n']} graded items "
