@@ -29,10 +29,10 @@ def _records(states: dict[str, np.ndarray], correct, *, logprobs=None, prefix="t
 
 
 def _outliers_wrong(rng, n=120, d=6):
-    """Correct answers' states near the bulk, wrong answers' states far out."""
-    y = (rng.random(n) < 0.75).astype(int)
+    """Correct answers' states in the bulk, wrong answers' states scattered far out."""
+    y = (rng.random(n) < 0.8).astype(int)
     x = rng.normal(size=(n, d))
-    x[y == 0] += 4.0
+    x[y == 0] *= 5.0
     return x, y
 
 
