@@ -27,6 +27,11 @@ DEFAULT_SAMPLES = 10
 EIGENSCORE_ALPHA = 1e-3  # Chen et al. (2024): ridge added to the samples' covariance
 
 
+def _require_answer(record: Record) -> None:
+    if not record.greedy.text.strip():
+        raise CannotScore("empty answer: nothing to put a confidence on")
+
+
 def _greedy_stat(record: Record, name: str) -> np.ndarray:
     values = getattr(record.greedy, name)
     if values is None:
@@ -57,8 +62,7 @@ def cocoa_confidence(record: Record, ctx: ScoringContext, uncertainty: float) ->
     -1.0
     """
     require_samples(record)
-    if not record.greedy.text.strip():
-        raise CannotScore("empty answer: nothing to compare with the samples")
+    _require_answer(record)
     if not math.isfinite(uncertainty):
         raise CannotScore("the greedy answer's uncertainty is not finite")
     w = affinity(record, ctx)
@@ -137,8 +141,9 @@ def semantic_density(record: Record, ctx: ScoringContext) -> float:
         c = \frac{w(y^*) + \sum_{s \in U} w(s)\, K(y^*, s)}{w(y^*) + \sum_{s \in U} w(s)}
 
     :math:`U` are the distinct sample texts and :math:`K(y^*, s) = W_{y^*,s}`
-    the judge's affinity. In [0, 1]. An empty sample has :math:`\ell = 0`
-    (the end-of-sequence token is not recorded) and keeps its kernel value.
+    the judge's affinity. In [0, 1]. A record whose samples all have
+    likelihood 0 (empty samples, see :func:`~confide.features.sample_logprobs`)
+    is refused: the greedy answer alone would read as certain.
 
     LM-Polygraph's ``SemanticDensity`` uses the kernel :math:`1 -
     p_{\text{contra}} - p_{\text{neutral}}/2` of an NLI model (greedy →
@@ -156,11 +161,11 @@ def semantic_density(record: Record, ctx: ScoringContext) -> float:
     for i, s in enumerate(samples):
         first.setdefault(s.text, i)
     keep = np.array(sorted(first.values()))
+    if not np.isfinite(logw).any():
+        raise CannotScore("no sample has a positive likelihood (all empty or of probability 0)")
     log_weights = np.concatenate([[greedy_lp], logw[keep]])
     kernel = np.concatenate([[1.0], w[keep]])
     top = float(np.max(log_weights))
-    if top == -math.inf:
-        raise CannotScore("every answer has probability 0")
     weights = np.exp(log_weights - top)  # shifted against underflow; cancels in the ratio
     return float((weights * kernel).sum() / weights.sum())
 
@@ -193,6 +198,7 @@ def sentence_sar(record: Record, ctx: ScoringContext) -> float:
     Language Models", ACL (SentSAR).
     """
     samples = require_samples(record)
+    _require_answer(record)
     keep = [i for i, s in enumerate(samples) if s.text.strip()]
     if not keep:
         raise CannotScore("every sample is empty")
@@ -223,17 +229,18 @@ def cosine_consistency(record: Record, ctx: ScoringContext) -> float:
 
     In [0, 1]. Equals UQLM's ``cosine_sim`` with its default
     all-MiniLM-L6-v2 (UQLM also cuts answers at 2000 characters; MiniLM itself
-    reads at most 256 word pieces).
+    reads at most 256 word pieces), except that an empty sample is no answer
+    and scores 0 here, where UQLM embeds the empty string.
 
     References: [1] Bouchard & Chauhan, 2025, UQLM, TMLR (cosine similarity);
     [2] Reimers & Gurevych, 2019, "Sentence-BERT", EMNLP.
     """
-    require_samples(record)
-    if not record.greedy.text.strip():
-        raise CannotScore("empty answer: nothing to compare with the samples")
+    samples = require_samples(record)
+    _require_answer(record)
     e = embeddings(record, ctx, "answers", answers(record))
-    cos = np.clip(e[1:] @ e[0], -1.0, 1.0)
-    return float(np.mean(0.5 + cos / 2.0))
+    similarity = 0.5 + np.clip(e[1:] @ e[0], -1.0, 1.0) / 2.0
+    empty = np.array([not s.text.strip() for s in samples])
+    return float(np.mean(np.where(empty, 0.0, similarity)))
 
 
 # ---------------------------------------------------------------------------
@@ -285,6 +292,7 @@ def eigenscore(record: Record, ctx: ScoringContext) -> float:
     the Power of Hallucination Detection", ICLR (EigenScore).
     """
     samples = [s for s in require_samples(record, 2) if s.hidden]
+    _require_answer(record)
     if len(samples) < 2:
         raise CannotScore("needs at least 2 samples with hidden states")
     key = eigenscore_key(samples, ctx.options.get("eigenscore_key"))

@@ -164,6 +164,7 @@ def judge_panel(record: Record, ctx: ScoringContext) -> float:
     [2] Verga et al., 2024, "Replacing Judges with Juries: Evaluating LLM
     Generations with a Panel of Diverse Models", arXiv:2404.18796.
     """
+    _answer(record)
     votes, reasons = [], []
     for backend in _backends(ctx):
         for template in TEMPLATES:
@@ -204,7 +205,8 @@ def p_true_sampling(record: Record, ctx: ScoringContext) -> float:
               {P(\text{True} \mid q, s_{1..k}, y^*) + P(\text{False} \mid q, s_{1..k}, y^*)}
 
     Same reading as ``p_true`` (one-token spellings of True/False summed,
-    renormalised), prompt :func:`p_true_sampling_prompt`. LM-Polygraph's
+    renormalised), prompt :func:`p_true_sampling_prompt`; empty samples are
+    not shown (all empty: :class:`CannotScore`). LM-Polygraph's
     ``PTrueSampling`` reports :math:`\log P(\text{True})` without the
     renormalisation over True/False, and its prompt lists "(A) True (B)
     False"; the ranking agrees when P(True)+P(False) is the same across items.
@@ -212,9 +214,12 @@ def p_true_sampling(record: Record, ctx: ScoringContext) -> float:
     References: [1] Kadavath et al., 2022, "Language Models (Mostly) Know
     What They Know", arXiv:2207.05221 (P(True) with brainstormed samples).
     """
-    samples = require_samples(record)
+    ideas = [s.text for s in require_samples(record) if s.text.strip()]
     backend = _backends(ctx)[0]
-    prompt = p_true_sampling_prompt(record.item, _answer(record), [s.text for s in samples],
+    answer = _answer(record)
+    if not ideas:
+        raise CannotScore("every sample is empty: no ideas to show")
+    prompt = p_true_sampling_prompt(record.item, answer, ideas,
                                     chat=bool(backend.has_chat_template))
     try:
         return two_way_probability(backend, prompt, P_TRUE_VARIANTS["true"],
