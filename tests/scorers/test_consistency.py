@@ -14,7 +14,7 @@ from confide.scorers.consistency import EIGENSCORE_ALPHA, eigenscore_key
 from confide.scorers.semantic import SAR_TEMPERATURE
 
 SAMPLED = ["cocoa", "cocoa_ppl", "cocoa_mte", "semantic_density", "sentence_sar",
-           "cosine_consistency", "eigenscore"]
+           "cosine_consistency", "consistency_confidence", "label_prob", "eigenscore"]
 
 
 def gen(text: str, logprobs=(-0.5,), entropies=None, hidden=None) -> Generation:
@@ -107,6 +107,27 @@ def test_cosine_consistency_hand_computed():
     assert score("cosine_consistency", r, ctx) == pytest.approx(0.5)
 
 
+def test_consistency_confidence_is_cosine_times_normalised_probability():
+    r = record([gen("a"), gen("b"), gen("c")])
+    ctx = context(r, [[1, 0], [1, 0], [0, 1], [-1, 0]])
+    # cosine consistency 0.5 (as above); greedy mean log-probability (-0.5 - 0.3) / 2
+    assert score("consistency_confidence", r, ctx) == pytest.approx(0.5 * math.exp(-0.4))
+
+
+def test_label_prob_is_the_largest_cluster_frequency():
+    assert score("label_prob", record(SAMPLES)) == pytest.approx(3 / 5)
+    # an empty sample joins no cluster but counts among the k samples
+    with_empty = record([gen("Lyon"), Generation(""), gen("Lyon")])
+    assert score("label_prob", with_empty) == pytest.approx(2 / 3)
+    assert score("label_prob", record([Generation(""), Generation("")])) == 0.0
+
+
+def test_empty_samples_count_as_no_agreement_in_cosine_consistency():
+    r = record([gen("a"), Generation("")])
+    ctx = context(r, [[1, 0], [1, 0], [1, 0]])  # even if "" embedded like the answer
+    assert score("cosine_consistency", r, ctx) == pytest.approx(0.5)
+
+
 def test_eigenscore_hand_computed():
     # d = 2, rows already centred: Z J Z^T = [[2, 4], [4, 8]], eigenvalues 0 and 10
     r = record([gen("a", hidden={"4:last": np.array([1.0, -1.0])}),
@@ -144,7 +165,8 @@ def test_sampled_scorers_without_samples_are_nan_with_reason(name):
 
 
 @pytest.mark.parametrize("name", ["cocoa", "cocoa_ppl", "cocoa_mte", "semantic_density",
-                                  "cosine_consistency"])
+                                  "cosine_consistency", "consistency_confidence", "label_prob",
+                                  "sentence_sar"])
 def test_empty_greedy_answer_is_nan_with_reason(name):
     r = record(SAMPLES, greedy=Generation("", token_logprobs=np.zeros(0, np.float32),
                                           token_entropies=np.zeros(0, np.float32)))
@@ -152,7 +174,8 @@ def test_empty_greedy_answer_is_nan_with_reason(name):
     assert math.isnan(value) and "empty" in reason
 
 
-@pytest.mark.parametrize("name", ["semantic_density", "sentence_sar", "cocoa_ppl"])
+@pytest.mark.parametrize("name", ["semantic_density", "sentence_sar", "cocoa_ppl",
+                                  "cosine_consistency", "label_prob"])
 def test_sampled_scorers_ignore_sample_order(name):
     r = record(SAMPLES)
     vectors = np.random.default_rng(1).normal(size=(6, 4))

@@ -16,7 +16,14 @@ import math
 import numpy as np
 
 from confide.errors import CannotScore
-from confide.features import affinity, answers, embeddings, require_samples, sample_logprobs
+from confide.features import (
+    affinity,
+    answers,
+    clusters,
+    embeddings,
+    require_samples,
+    sample_logprobs,
+)
 from confide.records import Generation, Record
 from confide.scorers.base import Cost, Need, ScoringContext, scorer
 from confide.scorers.semantic import SAR_TEMPERATURE
@@ -241,6 +248,51 @@ def cosine_consistency(record: Record, ctx: ScoringContext) -> float:
     similarity = 0.5 + np.clip(e[1:] @ e[0], -1.0, 1.0) / 2.0
     empty = np.array([not s.text.strip() for s in samples])
     return float(np.mean(np.where(empty, 0.0, similarity)))
+
+
+@scorer("consistency_confidence", needs={Need.SAMPLES, Need.TOKEN_LOGPROBS},
+        cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+def consistency_confidence(record: Record, ctx: ScoringContext) -> float:
+    r"""Cosine consistency with the samples times the greedy answer's length-normalised probability.
+
+    .. math:: c = \Big(\frac{1}{k}\sum_{i=1}^{k} \frac{1 + e(y^*)^\top e(s_i)}{2}\Big)
+              \cdot \exp\Big(\frac{1}{T}\sum_{t=1}^{T}\log p_t(y^*_t)\Big)
+
+    In [0, 1]. UQLM's ``consistency_and_confidence`` with its default
+    ``length_normalize=True`` (the product form of CoCoA); the consistency
+    part is ``cosine_consistency``.
+
+    References: [1] Bouchard & Chauhan, 2025, UQLM, TMLR
+    (consistency_and_confidence); [2] Vashurin et al., 2025, arXiv:2502.04964
+    (CoCoA).
+    """
+    lp = _greedy_stat(record, "token_logprobs")
+    return cosine_consistency(record, ctx) * math.exp(float(np.mean(lp)))
+
+
+@scorer("label_prob", needs={Need.SAMPLES}, cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+def label_prob(record: Record, ctx: ScoringContext) -> float:
+    r"""Frequency of the largest semantic cluster among the samples.
+
+    .. math:: c = \max_{C} \frac{|\{i : s_i \in C\}|}{k}
+
+    Clusters from the run's judge; an empty sample is no answer and belongs
+    to no cluster (it still counts in :math:`k`). Needs two samples or more
+    (one sample is always one cluster). Equals LM-Polygraph's ``LabelProb``
+    (:math:`1 - c`) on the same clusters.
+
+    References: [1] Fadeeva et al., 2023, "LM-Polygraph: Uncertainty
+    Estimation for Language Models", EMNLP demo (LabelProb); [2] Wang et al.,
+    2023, "Self-Consistency Improves Chain of Thought Reasoning", ICLR
+    (majority-vote frequency).
+    """
+    samples = require_samples(record, 2)
+    _require_answer(record)
+    labels = clusters(record, ctx)[1:]
+    kept = np.array([lab for lab, s in zip(labels, samples) if s.text.strip()], dtype=np.intp)
+    if kept.size == 0:
+        return 0.0
+    return float(np.bincount(kept).max() / len(samples))
 
 
 # ---------------------------------------------------------------------------
