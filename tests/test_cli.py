@@ -36,8 +36,9 @@ def test_cli_scorers_groups_by_family_then_cost():
 
     result = runner.invoke(app, ["scorers"], env={"COLUMNS": "200"})
     lines = result.output.splitlines()
-    cells = [[c.strip() for c in ln.split("│")] for ln in lines]
-    row = {spec.name: next(i for i, c in enumerate(cells) if len(c) > 2 and c[2] == spec.name)
+    # family, scorer and cost are the first cells: a name there marks its row
+    heads = [ln.replace("│", " ").replace("|", " ").split()[:3] for ln in lines]
+    row = {spec.name: next(i for i, h in enumerate(heads) if spec.name in h)
            for spec in SCORERS.values()}
     families = [f for f in FAMILIES if any(s.family == f for s in SCORERS.values())]
     assert {s.family for s in SCORERS.values()} <= set(FAMILIES)
