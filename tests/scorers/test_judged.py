@@ -158,8 +158,9 @@ def test_judged_scorers_document_formula_and_source(name):
 def test_judged_scorers_on_the_real_model(hf_model):
     from confide.backends.base import GenerationSpec
 
-    result = hf_model.generate(["What is the capital of France?"],
-                               GenerationSpec(max_new_tokens=8, n_samples=2), [0])[0]
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    result = hf_model.generate([question], GenerationSpec(max_new_tokens=8, n_samples=2), [0])[0]
+    assert result.greedy.text.strip()
     r = Record(Item("x", "What is the capital of France?", ["Paris"]), result.greedy,
                result.samples)
     ctx = ScoringContext(backend=hf_model, judge=ExactJudge(), options={"p_true_samples": 3})
