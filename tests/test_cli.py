@@ -34,6 +34,34 @@ def test_cli_scorers_lists_registry():
         assert name in result.output
 
 
+def test_cli_scorers_groups_by_family_then_cost():
+    from confide.scorers import FAMILIES, SCORERS
+
+    result = runner.invoke(app, ["scorers"], env={"COLUMNS": "200"})
+    lines = result.output.splitlines()
+    # scorer, family and cost are the first cells: a name there marks its row
+    heads = [ln.replace("│", " ").replace("|", " ").split()[:3] for ln in lines]
+    row = {spec.name: next(i for i, h in enumerate(heads) if spec.name in h)
+           for spec in SCORERS.values()}
+    families = [f for f in FAMILIES if any(s.family == f for s in SCORERS.values())]
+    assert {s.family for s in SCORERS.values()} <= set(FAMILIES)
+    for before, after in zip(families, families[1:]):  # every family listed as one block
+        assert max(row[s.name] for s in SCORERS.values() if s.family == before) < \
+            min(row[s.name] for s in SCORERS.values() if s.family == after)
+    assert row["ccp"] > row["boostedprob"]  # within a family, free before features
+
+
+def test_readme_lists_every_registered_scorer_once():
+    from pathlib import Path
+
+    from confide.scorers import SCORERS
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Scorers", 1)[1].split("\n## ", 1)[0]
+    listed = [line.split("`")[1] for line in section.splitlines() if line.startswith("- `")]
+    assert sorted(listed) == sorted(SCORERS)
+
+
 def test_cli_unknown_scorer_is_a_clean_error(tmp_path):
     result = runner.invoke(app, ["run", "--scorers", "msp,entropyy", "--out", str(tmp_path)])
     assert result.exit_code == 1

@@ -70,15 +70,24 @@ def score(model: Backend, questions: list[str] | list[Item], *,
 
 def fit_learned(run: str | Path, *, kind: str = "probe", out: str | Path | None = None,
                 **options: Any) -> Any:
-    """Fit a probe, lens probe or combiner on a stored run (see :func:`confide.learned.fit`);
-    save it to ``out`` (JSON) when given. Returns the :class:`~confide.learned.Learned`."""
+    """Fit a probe, lens probe or combiner (:func:`confide.learned.fit`) or a density model
+    (``mahalanobis``, ``relative_mahalanobis``, ``huq``: :func:`confide.density.fit`) on a
+    stored run; save it to ``out`` (JSON) when given. Returns the
+    :class:`~confide.learned.Learned`."""
+    from confide import density
     from confide.learned import fit_run
 
     folds = options.get("n_folds", 2)
     if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
         raise InvalidInputError(f"cross-fitting needs at least 2 folds, got {folds!r}",
                                 field="n_folds")
-    model = fit_run(run, kind=kind, **options)  # type: ignore[arg-type]
+    if kind in density.KINDS:
+        model = density.fit_run(run, kind=kind, **options)
+    elif options.get("background") is not None:
+        raise InvalidInputError("only relative_mahalanobis takes a background run",
+                                field="background")
+    else:
+        model = fit_run(run, kind=kind, **options)  # type: ignore[arg-type]
     if out is not None:
         model.save(out)
     return model
@@ -90,9 +99,10 @@ def apply_learned(run: Run, files: list[str | Path] | tuple[str | Path, ...]) ->
     On the run a model was fitted on, its training items get their cross-fitted
     scores; on another run, items it was trained on get NaN with the reason.
     """
-    from confide.learned import Learned, apply_to_run
+    from confide.density import load_fitted
+    from confide.learned import apply_to_run
 
-    run.records = apply_to_run(run.path, [Learned.load(f) for f in files])
+    run.records = apply_to_run(run.path, [load_fitted(f) for f in files])
     return run
 
 

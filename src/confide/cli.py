@@ -229,13 +229,20 @@ def compare(
 
 @app.command()
 def scorers() -> None:
-    """List the registered scorers with what they need."""
+    """List the registered scorers by family and cost, with what they need."""
     from confide.render import print_table
-    from confide.scorers import SCORERS
+    from confide.scorers import FAMILIES, SCORERS, Cost
 
-    print_table(console, ["scorer", "needs", "cost", "summary"],
-                [[spec.name, ", ".join(sorted(n.value for n in spec.needs)) or "–",
-                  spec.cost.value, escape(spec.summary)] for spec in SCORERS.values()])
+    families = list(dict.fromkeys([*FAMILIES, *(spec.family for spec in SCORERS.values())]))
+    costs = list(Cost)
+    rows = []
+    for family in families:
+        specs = sorted((s for s in SCORERS.values() if s.family == family),
+                       key=lambda s: (costs.index(s.cost), s.name))
+        rows += [[spec.name, family, spec.cost.value,
+                  ", ".join(sorted(n.value for n in spec.needs)) or "–", escape(spec.summary)]
+                 for spec in specs]
+    print_table(console, ["scorer", "family", "cost", "needs", "summary"], rows)
 
 
 @app.command()
@@ -313,8 +320,9 @@ def eval_(
 def fit_(
     run_dir: Annotated[Path, typer.Argument(help="graded run to train on")],
     out: Annotated[Path, typer.Option("-o", "--out", help="model file to write (JSON)")],
-    kind: Annotated[str, typer.Option(help="probe, lens (probe + token features) or combiner")
-                    ] = "probe",
+    kind: Annotated[str, typer.Option(
+        help="probe, lens (probe + token features), combiner, or a hidden-state density: "
+             "mahalanobis, relative_mahalanobis, huq")] = "probe",
     layer: Annotated[str, typer.Option(
         help="probe/lens: hidden key (8:mean, -1:last), a layer (8 = 8:mean) or 'best'")
                      ] = "best",
@@ -327,8 +335,11 @@ def fit_(
     folds: Annotated[int, typer.Option(help="cross-fitting folds")] = 5,
     seed: Annotated[int, typer.Option(help="fold and tree seed")] = 0,
     name: Annotated[Optional[str], typer.Option(help="score name (default: KIND:RUN)")] = None,
+    background: Annotated[Optional[Path], typer.Option(
+        help="relative_mahalanobis: a run of the same model on other text")] = None,
 ) -> None:
-    """Fit a hidden-state probe or a scorer combiner on a graded run; apply with eval --with."""
+    """Fit a hidden-state probe, density model or scorer combiner on a graded run; apply with
+    eval --with."""
     from confide import api
     from confide.render import print_table
 
@@ -337,7 +348,8 @@ def fit_(
     with _user_errors():
         model = api.fit_learned(run_dir, kind=kind, out=out, layer=layer, scorers=chosen,
                                 estimator=estimator, grader=grader, n_folds=folds, seed=seed,
-                                **({"name": name} if name else {}))
+                                **({"name": name} if name else {}),
+                                **({"background": background} if background else {}))
     rep = model.report
     auroc = rep.get("oof_auroc")
     console.print(f"{model.kind} [bold]{escape(model.name)}[/bold] on {rep['n']} graded items "

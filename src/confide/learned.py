@@ -45,7 +45,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -296,6 +296,7 @@ class Learned:
     training: dict[str, Any]
     oof: dict[str, float] = field(default_factory=dict)
     report: dict[str, Any] = field(default_factory=dict)
+    kinds: ClassVar[tuple[str, ...]] = KINDS  # what load() accepts (confide.density adds its own)
 
     # -- persistence ----------------------------------------------------------------
 
@@ -322,8 +323,8 @@ class Learned:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise InvalidInputError(f"not a confide learned-model file (expected format "
                                     f"{FORMAT!r})", file=str(path), field="format")
-        if data.get("kind") not in KINDS:
-            raise InvalidInputError(f"unknown kind {data.get('kind')!r}; one of {KINDS}",
+        if data.get("kind") not in cls.kinds:
+            raise InvalidInputError(f"unknown kind {data.get('kind')!r}; one of {cls.kinds}",
                                     file=str(path), field="kind")
         try:
             return cls(**{k: v for k, v in data.items() if k != "format"})

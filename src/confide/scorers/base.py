@@ -79,6 +79,11 @@ class ScorerSpec:
     takes_context: bool = False
     summary: str = ""
 
+    @property
+    def family(self) -> str:
+        """The module that defines the scorer (``whitebox``, ``semantic``, ...): its family."""
+        return self.fn.__module__.rsplit(".", 1)[-1]
+
 
 SCORERS: Registry[ScorerSpec] = Registry("scorer")
 EMPTY_ANSWER = "empty answer: nothing to put a confidence on"

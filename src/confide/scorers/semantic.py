@@ -335,36 +335,6 @@ def sar(record: Record, ctx: ScoringContext) -> float:
     return float(np.mean(np.log(shifted)))
 
 
-@scorer("cocoa", needs={Need.SAMPLES, Need.TOKEN_LOGPROBS}, cost=Cost.MODEL_CALLS,
-        n_samples=DEFAULT_SAMPLES)
-def cocoa(record: Record, ctx: ScoringContext) -> float:
-    r"""Negated CoCoA: the greedy answer's uncertainty times its inconsistency with the samples.
-
-    .. math:: c = -\Big(-\log P(y^* \mid x)\Big) \cdot
-              \frac{1}{k}\sum_{i=1}^{k}\big(1 - W_{y^*, s_i}\big)
-
-    :math:`W` is the judge's affinity (greedy answer against each sample);
-    :math:`-\log P(y^*|x)` is the MSP uncertainty (CoCoA\ :sub:`MSP`). Equals
-    LM-Polygraph's ``CocoaMSP``, negated, on the same similarities. An empty
-    sample has affinity 0 to the greedy answer.
-
-    References: [1] Vashurin et al., 2025, "Uncertainty Quantification for
-    LLMs through Minimum Bayes Risk: Bridging Confidence and Consistency"
-    (CoCoA).
-    """
-    require_samples(record)
-    if record.greedy.token_logprobs is None:
-        raise CannotScore("the backend gave no token logprobs")
-    logp = np.asarray(record.greedy.token_logprobs, dtype=np.float64)
-    if logp.size == 0:
-        raise CannotScore("empty answer: no tokens to score")
-    if not np.isfinite(logp).all():
-        raise CannotScore("the greedy answer has a non-finite token log-probability")
-    u = -float(np.sum(logp))
-    w = affinity(record, ctx)
-    return -u * float(np.mean(1.0 - w[0, 1:]))
-
-
 # ---------------------------------------------------------------------------
 # function calling
 

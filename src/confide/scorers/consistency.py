@@ -1,0 +1,356 @@
+r"""Sampling-based scorers that weigh agreement with the model's own probabilities.
+
+Notation as in :mod:`confide.scorers.semantic`: the greedy answer
+:math:`y^*` and :math:`k` samples :math:`s_1..s_k`; :math:`W` is the run
+judge's affinity between answers (index 0 = greedy), :math:`e(\cdot)` the unit
+all-MiniLM-L6-v2 sentence embedding (both shared features from
+:mod:`confide.features`); :math:`\ell(s) = \sum_t \log p_t(s_t)` is a
+sequence's log-likelihood and :math:`T_s` its length in tokens. Scores are
+confidences: uncertainty measures are negated.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from confide.errors import CannotScore
+from confide.features import (
+    affinity,
+    answers,
+    clusters,
+    embeddings,
+    require_samples,
+    sample_logprobs,
+)
+from confide.records import Generation, Record
+from confide.scorers.base import Cost, Need, ScoringContext, scorer
+from confide.scorers.semantic import SAR_TEMPERATURE
+
+__all__ = ["EIGENSCORE_ALPHA", "cocoa_confidence", "eigenscore_key"]
+
+DEFAULT_SAMPLES = 10
+EIGENSCORE_ALPHA = 1e-3  # Chen et al. (2024): ridge added to the samples' covariance
+
+
+def _require_answer(record: Record) -> None:
+    if not record.greedy.text.strip():
+        raise CannotScore("empty answer: nothing to put a confidence on")
+
+
+def _greedy_stat(record: Record, name: str) -> np.ndarray:
+    values = getattr(record.greedy, name)
+    if values is None:
+        raise CannotScore(f"the backend gave no {name.replace('_', ' ')}")
+    if len(values) == 0:
+        raise CannotScore("empty answer: no tokens to score")
+    return np.asarray(values, dtype=np.float64)
+
+
+# ---------------------------------------------------------------------------
+# CoCoA: confidence part x consistency part
+
+
+def cocoa_confidence(record: Record, ctx: ScoringContext, uncertainty: float) -> float:
+    r"""CoCoA with a given uncertainty of the greedy answer, as a confidence.
+
+    .. math:: c = -\,u(y^*) \cdot \frac{1}{k}\sum_{i=1}^{k}\big(1 - W_{y^*, s_i}\big)
+
+    :math:`u` is the pluggable confidence part (an uncertainty, lower = more
+    confident); the consistency part is the judge's mean dissimilarity between
+    the greedy answer and each sample. One implementation for every CoCoA
+    variant (``cocoa``, ``cocoa_ppl``, ``cocoa_mte``).
+
+    >>> from confide.records import Item
+    >>> from confide.judges import ExactJudge
+    >>> r = Record(Item("x", "q"), Generation("a"), samples=[Generation("a"), Generation("b")])
+    >>> cocoa_confidence(r, ScoringContext(judge=ExactJudge()), 2.0)
+    -1.0
+    """
+    require_samples(record)
+    _require_answer(record)
+    if not math.isfinite(uncertainty):
+        raise CannotScore("the greedy answer's uncertainty is not finite")
+    w = affinity(record, ctx)
+    return -float(uncertainty) * float(np.mean(1.0 - w[0, 1:]))
+
+
+_COCOA_NEEDS = {Need.SAMPLES, Need.TOKEN_LOGPROBS}
+
+
+@scorer("cocoa", needs=_COCOA_NEEDS, cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+def cocoa(record: Record, ctx: ScoringContext) -> float:
+    r"""Negated CoCoA-MSP: the greedy answer's uncertainty times its inconsistency.
+
+    .. math:: c = -\Big(-\log P(y^* \mid x)\Big) \cdot
+              \frac{1}{k}\sum_{i=1}^{k}\big(1 - W_{y^*, s_i}\big)
+
+    :math:`W` is the judge's affinity (greedy answer against each sample);
+    :math:`-\log P(y^*|x)` is the MSP uncertainty. Equals LM-Polygraph's
+    ``CocoaMSP`` (negated) for the same similarity (see
+    :func:`cocoa_confidence`).
+
+    References: [1] Vashurin et al., 2025, "Uncertainty Quantification for
+    LLMs through Minimum Bayes Risk: Bridging Confidence and Consistency",
+    arXiv:2502.04964 (CoCoA).
+    """
+    u = -float(np.sum(_greedy_stat(record, "token_logprobs")))
+    return cocoa_confidence(record, ctx, u)
+
+
+@scorer("cocoa_ppl", needs=_COCOA_NEEDS, cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+def cocoa_ppl(record: Record, ctx: ScoringContext) -> float:
+    r"""Negated CoCoA-PPL: log-perplexity of the greedy answer times its inconsistency.
+
+    .. math:: c = -\Big(-\frac{1}{T}\sum_{t=1}^{T}\log p_t(y^*_t)\Big) \cdot
+              \frac{1}{k}\sum_{i=1}^{k}\big(1 - W_{y^*, s_i}\big)
+
+    Equals LM-Polygraph's ``CocoaPPL`` (negated) when :math:`W` is the same
+    similarity; Polygraph uses a cross-encoder's similarity, confide the run's
+    judge (see :func:`cocoa_confidence`).
+
+    References: [1] Vashurin et al., 2025, "Uncertainty Quantification for
+    LLMs through Minimum Bayes Risk: Bridging Confidence and Consistency",
+    arXiv:2502.04964 (CoCoA).
+    """
+    u = -float(np.mean(_greedy_stat(record, "token_logprobs")))
+    return cocoa_confidence(record, ctx, u)
+
+
+@scorer("cocoa_mte", needs={Need.SAMPLES, Need.TOKEN_ENTROPIES}, cost=Cost.MODEL_CALLS,
+        n_samples=DEFAULT_SAMPLES)
+def cocoa_mte(record: Record, ctx: ScoringContext) -> float:
+    r"""Negated CoCoA-MTE: mean token entropy of the greedy answer times its inconsistency.
+
+    .. math:: c = -\Big(\frac{1}{T}\sum_{t=1}^{T} H(p_t)\Big) \cdot
+              \frac{1}{k}\sum_{i=1}^{k}\big(1 - W_{y^*, s_i}\big)
+
+    Equals LM-Polygraph's ``CocoaMTE`` (negated) for the same similarity.
+
+    References: [1] Vashurin et al., 2025, arXiv:2502.04964 (CoCoA).
+    """
+    u = float(np.mean(_greedy_stat(record, "token_entropies")))
+    return cocoa_confidence(record, ctx, u)
+
+
+# ---------------------------------------------------------------------------
+# semantic density
+
+
+@scorer("semantic_density", needs=_COCOA_NEEDS, cost=Cost.MODEL_CALLS,
+        n_samples=DEFAULT_SAMPLES)
+def semantic_density(record: Record, ctx: ScoringContext) -> float:
+    r"""Semantic density of the greedy answer: likelihood-weighted kernel similarity to the samples.
+
+    .. math::
+        w(s) = \exp\Big(\frac{1}{T_s}\,\ell(s)\Big), \qquad
+        c = \frac{w(y^*) + \sum_{s \in U} w(s)\, K(y^*, s)}{w(y^*) + \sum_{s \in U} w(s)}
+
+    :math:`U` are the distinct sample texts and :math:`K(y^*, s) = W_{y^*,s}`
+    the judge's affinity. In [0, 1]. A record whose samples all have
+    likelihood 0 (empty samples, see :func:`~confide.features.sample_logprobs`)
+    is refused: the greedy answer alone would read as certain.
+
+    LM-Polygraph's ``SemanticDensity`` uses the kernel :math:`1 -
+    p_{\text{contra}} - p_{\text{neutral}}/2` of an NLI model (greedy →
+    sample); with a judge whose affinity is that kernel the two are equal.
+
+    References: [1] Qiu & Miikkulainen, 2024, "Semantic Density: Uncertainty
+    Quantification for Large Language Models through Confidence Measurement
+    in Semantic Space", NeurIPS.
+    """
+    samples = require_samples(record)
+    greedy_lp = float(np.mean(_greedy_stat(record, "token_logprobs")))
+    logw = sample_logprobs(samples, normalize=True)
+    w = affinity(record, ctx)[0, 1:]
+    first: dict[str, int] = {}
+    for i, s in enumerate(samples):
+        first.setdefault(s.text, i)
+    keep = np.array(sorted(first.values()))
+    if not np.isfinite(logw).any():
+        raise CannotScore("no sample has a positive likelihood (all empty or of probability 0)")
+    log_weights = np.concatenate([[greedy_lp], logw[keep]])
+    kernel = np.concatenate([[1.0], w[keep]])
+    top = float(np.max(log_weights))
+    weights = np.exp(log_weights - top)  # shifted against underflow; cancels in the ratio
+    return float((weights * kernel).sum() / weights.sum())
+
+
+# ---------------------------------------------------------------------------
+# sentence-level SAR
+
+
+@scorer("sentence_sar", needs=_COCOA_NEEDS, cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+def sentence_sar(record: Record, ctx: ScoringContext) -> float:
+    r"""Negated SentenceSAR: sample likelihoods shifted by the likelihood of similar samples.
+
+    .. math::
+        \mathrm{SentSAR}(s_j) = -\log\Big(p(s_j) + \frac{1}{t}\sum_{l \ne j}
+            R_S(s_j, s_l)\, p(s_l)\Big), \quad p(s) = e^{\ell(s)}, \quad
+        c = -\frac{1}{k}\sum_{j=1}^{k} \mathrm{SentSAR}(s_j)
+
+    with :math:`R_S(a, b) = \max(0, e(a)^\top e(b))` and :math:`t = 10^{-3}`.
+    Unlike ``sar`` the likelihoods are the raw sequence probabilities, not
+    TokenSAR-reweighted ones. Computed in log space (log-sum-exp), so long
+    samples do not underflow. Empty samples are left out (their probability,
+    that of the end-of-sequence token, is not recorded).
+
+    Equals LM-Polygraph's ``SentenceSAR`` (negated) for the same similarity
+    matrix; Polygraph's default similarity is a cross-encoder's, here the
+    MiniLM cosine (as in ``sar``).
+
+    References: [1] Duan et al., 2024, "Shifting Attention to Relevance:
+    Towards the Predictive Uncertainty Quantification of Free-Form Large
+    Language Models", ACL (SentSAR).
+    """
+    samples = require_samples(record)
+    _require_answer(record)
+    keep = [i for i, s in enumerate(samples) if s.text.strip()]
+    if not keep:
+        raise CannotScore("every sample is empty")
+    ll = sample_logprobs([samples[i] for i in keep], normalize=False)
+    e = embeddings(record, ctx, "answers", answers(record))[1:][keep]
+    sim = np.clip(e @ e.T, 0.0, 1.0)
+    with np.errstate(divide="ignore"):
+        log_sim = np.log(sim)
+    np.fill_diagonal(log_sim, -np.inf)
+    terms = log_sim + ll[None, :] - math.log(SAR_TEMPERATURE)
+    np.fill_diagonal(terms, ll)
+    shifted = np.logaddexp.reduce(terms, axis=1)
+    if not np.isfinite(shifted).all():
+        raise CannotScore("a sample has probability 0 and no similar sample")
+    return float(np.mean(shifted))
+
+
+# ---------------------------------------------------------------------------
+# embedding consistency
+
+
+@scorer("cosine_consistency", needs={Need.SAMPLES}, cost=Cost.MODEL_CALLS,
+        n_samples=DEFAULT_SAMPLES)
+def cosine_consistency(record: Record, ctx: ScoringContext) -> float:
+    r"""Mean rescaled cosine similarity between the greedy answer and each sample.
+
+    .. math:: c = \frac{1}{k}\sum_{i=1}^{k} \frac{1 + e(y^*)^\top e(s_i)}{2}
+
+    In [0, 1]. Equals UQLM's ``cosine_sim`` with its default
+    all-MiniLM-L6-v2 (UQLM also cuts answers at 2000 characters; MiniLM itself
+    reads at most 256 word pieces), except that an empty sample is no answer
+    and scores 0 here, where UQLM embeds the empty string.
+
+    References: [1] Bouchard & Chauhan, 2025, UQLM, TMLR (cosine similarity);
+    [2] Reimers & Gurevych, 2019, "Sentence-BERT", EMNLP.
+    """
+    samples = require_samples(record)
+    _require_answer(record)
+    e = embeddings(record, ctx, "answers", answers(record))
+    similarity = 0.5 + np.clip(e[1:] @ e[0], -1.0, 1.0) / 2.0
+    empty = np.array([not s.text.strip() for s in samples])
+    return float(np.mean(np.where(empty, 0.0, similarity)))
+
+
+@scorer("consistency_confidence", needs={Need.SAMPLES, Need.TOKEN_LOGPROBS},
+        cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+def consistency_confidence(record: Record, ctx: ScoringContext) -> float:
+    r"""Cosine consistency with the samples times the greedy answer's length-normalised probability.
+
+    .. math:: c = \Big(\frac{1}{k}\sum_{i=1}^{k} \frac{1 + e(y^*)^\top e(s_i)}{2}\Big)
+              \cdot \exp\Big(\frac{1}{T}\sum_{t=1}^{T}\log p_t(y^*_t)\Big)
+
+    In [0, 1]. UQLM's ``consistency_and_confidence`` with its default
+    ``length_normalize=True`` (the product form of CoCoA); the consistency
+    part is ``cosine_consistency``.
+
+    References: [1] Bouchard & Chauhan, 2025, UQLM, TMLR
+    (consistency_and_confidence); [2] Vashurin et al., 2025, arXiv:2502.04964
+    (CoCoA).
+    """
+    lp = _greedy_stat(record, "token_logprobs")
+    return cosine_consistency(record, ctx) * math.exp(float(np.mean(lp)))
+
+
+@scorer("label_prob", needs={Need.SAMPLES}, cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+def label_prob(record: Record, ctx: ScoringContext) -> float:
+    r"""Frequency of the largest semantic cluster among the samples.
+
+    .. math:: c = \max_{C} \frac{|\{i : s_i \in C\}|}{k}
+
+    Clusters from the run's judge; an empty sample is no answer and belongs
+    to no cluster (it still counts in :math:`k`). Needs two samples or more
+    (one sample is always one cluster). Equals LM-Polygraph's ``LabelProb``
+    (:math:`1 - c`) on the same clusters.
+
+    References: [1] Fadeeva et al., 2023, "LM-Polygraph: Uncertainty
+    Estimation for Language Models", EMNLP demo (LabelProb); [2] Wang et al.,
+    2023, "Self-Consistency Improves Chain of Thought Reasoning", ICLR
+    (majority-vote frequency).
+    """
+    samples = require_samples(record, 2)
+    _require_answer(record)
+    labels = clusters(record, ctx)[1:]
+    kept = np.array([lab for lab, s in zip(labels, samples) if s.text.strip()], dtype=np.intp)
+    if kept.size == 0:
+        return 0.0
+    return float(np.bincount(kept).max() / len(samples))
+
+
+# ---------------------------------------------------------------------------
+# EigenScore
+
+
+def eigenscore_key(samples: list[Generation], wanted: str | None = None) -> str:
+    """The hidden-state key EigenScore reads: ``wanted``, else the median stored layer's ``last``.
+
+    >>> g = [Generation("a", hidden={"4:last": np.ones(2), "8:last": np.ones(2),
+    ...                               "12:last": np.ones(2), "8:mean": np.ones(2)})]
+    >>> eigenscore_key(g)
+    '8:last'
+    """
+    keys: set[str] | None = None
+    for s in samples:
+        have = set((s.hidden or {}).keys())
+        keys = have if keys is None else keys & have
+    keys = keys or set()
+    if wanted is not None:
+        if wanted not in keys:
+            raise CannotScore(f"no hidden state {wanted!r} in every sample")
+        return wanted
+    last = [k for k in keys if k.endswith(":last") and k.split(":")[0].lstrip("-").isdigit()]
+    if not last:
+        raise CannotScore("the samples carry no hidden states (run with --hidden-layers)")
+    layers = sorted(int(k.split(":")[0]) for k in last)
+    return f"{layers[(len(layers) - 1) // 2]}:last"
+
+
+@scorer("eigenscore", needs={Need.SAMPLES, Need.HIDDEN_STATES}, cost=Cost.MODEL_CALLS,
+        n_samples=DEFAULT_SAMPLES)
+def eigenscore(record: Record, ctx: ScoringContext) -> float:
+    r"""Negated EigenScore: mean log-eigenvalue of the samples' hidden-state covariance.
+
+    .. math::
+        \Sigma = Z J_d Z^\top, \quad J_d = I_d - \tfrac1d \mathbf 1 \mathbf 1^\top, \qquad
+        c = -\frac{1}{k}\sum_{i=1}^{k}\log \lambda_i(\Sigma + \alpha I_k)
+
+    :math:`Z \in \mathbb R^{k \times d}` holds the last-token hidden state of
+    each sample at one layer (the median stored layer, or
+    ``ctx.options["eigenscore_key"]``), :math:`\alpha = 10^{-3}`. Samples that
+    agree have nearly collinear states and a small differential entropy.
+    Empty samples have no hidden state and are left out; at least two samples
+    with states are needed. Equals LM-Polygraph's ``EigenScore`` (negated) on
+    the same embeddings (Polygraph reads the middle layer's last token).
+
+    References: [1] Chen et al., 2024, "INSIDE: LLMs' Internal States Retain
+    the Power of Hallucination Detection", ICLR (EigenScore).
+    """
+    samples = [s for s in require_samples(record, 2) if s.hidden]
+    _require_answer(record)
+    if len(samples) < 2:
+        raise CannotScore("needs at least 2 samples with hidden states")
+    key = eigenscore_key(samples, ctx.options.get("eigenscore_key"))
+    z = np.stack([np.asarray(s.hidden[key], dtype=np.float64) for s in samples])  # type: ignore[index]
+    if not np.isfinite(z).all():
+        raise CannotScore("a hidden state is not finite")
+    zc = z - z.mean(axis=1, keepdims=True)  # Z J_d: centre each state over its features
+    lam = np.linalg.eigvalsh(zc @ zc.T + EIGENSCORE_ALPHA * np.eye(len(z)))
+    return -float(np.mean(np.log(np.clip(lam, 1e-10, None))))

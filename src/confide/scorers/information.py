@@ -1,0 +1,258 @@
+r"""White-box scorers on the top-k alternatives of each answer token.
+
+Each answer step :math:`t` stores the :math:`k` most likely next tokens with
+their log-probabilities, taken from the full next-token distribution while
+generating (``top_logprobs[t]``, sorted by probability: :math:`q_{t,1} \ge
+q_{t,2} \ge \dots \ge q_{t,k}`). These scorers are arithmetic on those numbers,
+so they cost nothing beyond the generation; ``ccp`` also asks the run's judge
+whether each alternative means the same as the chosen token.
+
+Methods that need the *whole* distribution at every step (Rényi and
+Fisher–Rao divergence to uniform at temperature 2, as LM-Polygraph computes
+them) cannot be computed from the top-k alone and are not registered.
+"""
+
+from __future__ import annotations
+
+import math
+import string
+
+import numpy as np
+
+from confide.errors import CannotScore
+from confide.features import judge_of
+from confide.records import Generation, Record
+from confide.scorers.base import Cost, Need, ScoringContext, scorer
+
+__all__ = ["BOOSTEDPROB_EPSILON", "BOOSTEDPROB_JUMP", "boosted_token_probability",
+           "dominant_cut"]
+
+BOOSTEDPROB_JUMP = 0.3      # p_jump of the "difference_jump" rule (boostedprob default)
+BOOSTEDPROB_EPSILON = 0.005  # smallest absolute drop counted as a jump (boostedprob default)
+
+_NEEDS_TOP = {Need.TOP_LOGPROBS}
+
+
+def _top(gen: Generation, minimum: int = 1) -> np.ndarray:
+    """The answer's top-k log-probabilities, shape ``(T, k)``, sorted descending per row."""
+    if gen.top_logprobs is None:
+        raise CannotScore("the backend gave no top-k alternatives")
+    top = np.asarray(gen.top_logprobs, dtype=np.float64)
+    if top.ndim != 2 or top.shape[0] == 0:
+        raise CannotScore("empty answer: no tokens to score")
+    if top.shape[1] < minimum:
+        raise CannotScore(f"needs at least {minimum} alternatives per token, the record has "
+                          f"{top.shape[1]} (raise top_k_alternatives)")
+    if np.isnan(top).any():
+        raise CannotScore("the top-k log-probabilities contain NaN")
+    return -np.sort(-top, axis=1)
+
+
+@scorer("probability_margin", needs=_NEEDS_TOP)
+def probability_margin(record: Record) -> float:
+    r"""Mean gap between the two most likely next tokens along the answer.
+
+    .. math:: c = \frac{1}{T}\sum_{t=1}^{T} \big(e^{q_{t,1}} - e^{q_{t,2}}\big)
+
+    In [0, 1]; 1 when every step puts all its mass on one token. Equals UQLM's
+    ``probability_margin``.
+
+    References: [1] Bouchard & Chauhan, 2025, "Uncertainty Quantification for
+    Language Models: A Suite of Black-Box, White-Box, LLM Judge, and Ensemble
+    Scorers", TMLR (UQLM; probability margin); [2] Scheffer, Decomain & Wrobel,
+    2001, "Active Hidden Markov Models for Information Extraction", IDA
+    (margin sampling).
+    """
+    p = np.exp(_top(record.greedy, 2))
+    return float(np.mean(p[:, 0] - p[:, 1]))
+
+
+def _topk_negentropy(gen: Generation) -> np.ndarray:
+    top = _top(gen, 2)
+    p = np.exp(top - top.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)  # renormalised over the k listed tokens
+    plogp = np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0)
+    return 1.0 + plogp.sum(axis=1) / math.log(top.shape[1])
+
+
+@scorer("mean_topk_negentropy", needs=_NEEDS_TOP)
+def mean_topk_negentropy(record: Record) -> float:
+    r"""Mean normalised negentropy of the renormalised top-k distribution of each step.
+
+    .. math:: \tilde p_{t,j} = \frac{e^{q_{t,j}}}{\sum_{l=1}^{k} e^{q_{t,l}}}, \quad
+              n_t = 1 - \frac{-\sum_{j=1}^{k}\tilde p_{t,j}\log\tilde p_{t,j}}{\log k}, \quad
+              c = \frac{1}{T}\sum_{t=1}^{T} n_t
+
+    In [0, 1]; needs :math:`k \ge 2`. Equals UQLM's ``mean_token_negentropy``
+    for the same :math:`k`; UQLM drops a step that lists fewer than :math:`k`
+    alternatives, while here an alternative of probability 0 (``-inf``) is a
+    listed token with :math:`0 \log 0 = 0`.
+
+    References: [1] Bouchard & Chauhan, 2025, UQLM, TMLR (token negentropy);
+    [2] Manakul et al., 2023, "SelfCheckGPT", EMNLP (entropy over the top
+    tokens).
+    """
+    return float(np.mean(_topk_negentropy(record.greedy)))
+
+
+@scorer("min_topk_negentropy", needs=_NEEDS_TOP)
+def min_topk_negentropy(record: Record) -> float:
+    r"""Normalised top-k negentropy of the answer's most uncertain step.
+
+    .. math:: c = \min_{t} n_t \quad (n_t \text{ as in } \texttt{mean\_topk\_negentropy})
+
+    Equals UQLM's ``min_token_negentropy``.
+
+    References: [1] Bouchard & Chauhan, 2025, UQLM, TMLR.
+    """
+    return float(np.min(_topk_negentropy(record.greedy)))
+
+
+# ---------------------------------------------------------------------------
+# BoostedProb
+
+
+def dominant_cut(top_logprobs: np.ndarray, *, jump: float = BOOSTEDPROB_JUMP,
+                 epsilon: float = BOOSTEDPROB_EPSILON) -> int:
+    r"""Index of the last dominant token of one step's sorted top-k (``-1``: none dominant).
+
+    The "difference_jump" rule of BoostedProb: with probabilities sorted
+    :math:`q_1 \ge q_2 \ge \dots`, position :math:`i` is a cut when
+    :math:`q_i - q_{i+1} > \max(\text{jump}\cdot q_i,\ \epsilon)`; the dominant
+    tokens are those up to the *last* cut. Beyond the listed :math:`k` tokens
+    only a token above :math:`\epsilon` can start a cut, so the cut is known
+    from the top-k when :math:`q_k \le \epsilon`; it is also known when the
+    unlisted mass :math:`r = 1 - \sum_{j \le k} q_j` is at most
+    :math:`\epsilon` and :math:`q_k - r` already makes a jump (then all listed
+    tokens are dominant). Otherwise :class:`CannotScore` says to list more
+    alternatives.
+
+    >>> dominant_cut(np.log([0.5, 0.45, 0.004, 0.003]))
+    1
+    >>> dominant_cut(np.log([0.2, 0.19, 0.18, 0.004]))
+    2
+    """
+    q = np.exp(np.asarray(top_logprobs, dtype=np.float64))
+    drop = q[:-1] - q[1:]
+    cuts = np.flatnonzero((drop > jump * q[:-1]) & (drop > epsilon))
+    cut = int(cuts[-1]) if cuts.size else -1
+    last = float(q[-1])
+    if last <= epsilon:
+        return cut
+    rest = max(0.0, 1.0 - float(q.sum()))
+    if rest <= epsilon and last - min(last, rest) > max(jump * last, epsilon):
+        return len(q) - 1
+    raise CannotScore("boostedprob: the dominant tokens reach beyond the listed top-k "
+                      "alternatives (raise top_k_alternatives)")
+
+
+def boosted_token_probability(token_logprob: float, top_logprobs: np.ndarray) -> float:
+    r"""BoostedProb of one chosen token: its dominant cluster's mass if it is dominant.
+
+    .. math:: b_t = \begin{cases} \sum_{j \le \mathrm{cut}} q_{t,j} & p_t(y_t) \ge q_{t,\mathrm{cut}}
+                  \text{ (the token is dominant)} \\ p_t(y_t) & \text{otherwise} \end{cases}
+
+    >>> round(boosted_token_probability(math.log(0.5), np.log([0.5, 0.45, 0.004, 0.003])), 6)
+    0.95
+    """
+    top = np.sort(np.asarray(top_logprobs, dtype=np.float64))[::-1]
+    cut = dominant_cut(top)
+    chosen = float(token_logprob)
+    if cut >= 0 and chosen >= top[cut] - 1e-6:  # tolerance: stored float32 values
+        return float(np.exp(top[:cut + 1]).sum())
+    return math.exp(chosen) if chosen > -math.inf else 0.0
+
+
+@scorer("boostedprob", needs={Need.TOKEN_LOGPROBS, Need.TOP_LOGPROBS})
+def boostedprob(record: Record) -> float:
+    r"""Mean BoostedProb of the answer tokens: probability boosted to its dominant cluster's mass.
+
+    .. math:: c = \frac{1}{T}\sum_{t=1}^{T} b_t
+
+    with :math:`b_t` from :func:`boosted_token_probability` and the dominant
+    tokens from :func:`dominant_cut` (BoostedProb's default "difference_jump"
+    rule, jump 0.3, :math:`\epsilon = 0.005`). A token that several
+    near-equal candidates compete with is not penalised for the split: its
+    confidence is the mass of the whole dominant group. Equals LM-Polygraph's
+    ``BoostedProbSequence`` (negated) whenever the dominant set lies within the
+    stored top-k; a step where it may not is :class:`CannotScore` (raise
+    ``top_k_alternatives``) rather than a guess.
+
+    References: [1] Dinh & Niehues, 2025, "BoostedProb: Boosting Model
+    Probabilities for Quality Estimation", EMNLP (aclanthology
+    2025.emnlp-main.166).
+    """
+    gen = record.greedy
+    top = _top(gen, 2)
+    if gen.token_logprobs is None:
+        raise CannotScore("the backend gave no token logprobs")
+    chosen = np.asarray(gen.token_logprobs, dtype=np.float64)
+    if chosen.size != top.shape[0]:
+        raise CannotScore("token logprobs and top-k alternatives differ in length")
+    return float(np.mean([boosted_token_probability(lp, row) for lp, row in zip(chosen, top)]))
+
+
+# ---------------------------------------------------------------------------
+# claim-conditioned probability over token alternatives
+
+
+def _word(piece: str) -> str:
+    return piece.strip(string.punctuation + " \n")
+
+
+@scorer("ccp", needs={Need.TOKEN_LOGPROBS, Need.TOP_LOGPROBS}, cost=Cost.FEATURES)
+def ccp(record: Record, ctx: ScoringContext) -> float:
+    r"""Claim-conditioned probability: each token's probability among alternatives that change the meaning.
+
+    .. math::
+        \mathrm{CCP}_t = \frac{p_t(y_t) + \sum_{v \in A_t,\ v \equiv y_t} p_t(v)}
+                              {p_t(y_t) + \sum_{v \in A_t} p_t(v)}, \qquad
+        c = \prod_{t=1}^{T} \mathrm{CCP}_t
+
+    :math:`A_t` are the stored top-k alternatives at step :math:`t` other
+    than the chosen token :math:`y_t`, and :math:`v \equiv y_t` is decided by
+    the run's equivalence judge on the two token texts stripped of spaces
+    and punctuation (as LM-Polygraph strips them). Alternatives that merely
+    rephrase the chosen token do not lower confidence; those that change the
+    answer do. In [0, 1].
+
+    Differs from LM-Polygraph's ``CCP`` in the judge only: Polygraph asks an
+    NLI model and drops *neutral* alternatives from both sums; a confide judge
+    says equivalent or not, so every non-equivalent alternative counts as a
+    contradiction. With an ``nli`` judge of the same model the two agree
+    wherever the NLI model never answers neutral.
+
+    References: [1] Fadeeva et al., 2024, "Fact-Checking the Output of Large
+    Language Models via Token-Level Uncertainty Quantification", Findings of
+    ACL (CCP).
+    """
+    gen = record.greedy
+    top = np.asarray(gen.top_logprobs, dtype=np.float64) if gen.top_logprobs is not None else None
+    if top is None or gen.top_tokens is None:
+        raise CannotScore("the backend gave no top-k alternatives")
+    if gen.token_logprobs is None:
+        raise CannotScore("the backend gave no token logprobs")
+    chosen = np.asarray(gen.token_logprobs, dtype=np.float64)
+    if chosen.size == 0:
+        raise CannotScore("empty answer: no tokens to score")
+    if len(gen.tokens) != chosen.size or len(gen.top_tokens) != chosen.size \
+            or top.shape[0] != chosen.size:
+        raise CannotScore("token texts, logprobs and alternatives differ in length")
+    judge = judge_of(ctx)
+    log_ccp = 0.0
+    for token, lp, alt_tokens, alt_lps in zip(gen.tokens, chosen, gen.top_tokens, top):
+        word = _word(token)
+        same, other = [float(lp)], []
+        skipped_self = False
+        for alt, alt_lp in zip(alt_tokens, alt_lps):
+            if not skipped_self and alt == token and abs(float(alt_lp) - float(lp)) < 1e-4:
+                skipped_self = True  # the chosen token itself, listed among the top-k
+                continue
+            equivalent = judge.decide(word, _word(alt), record.item).equivalent
+            (same if equivalent else other).append(float(alt_lp))
+        entail = float(np.logaddexp.reduce(same))
+        total = float(np.logaddexp.reduce(same + other))
+        if total == -math.inf:
+            return 0.0  # every listed token has probability 0: no support at all
+        log_ccp += entail - total
+    return math.exp(log_ccp)
