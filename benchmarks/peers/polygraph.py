@@ -136,13 +136,13 @@ def _token_similarity(question: str, tokens: list[str]) -> list[float]:
 
 
 def parity(args: argparse.Namespace, python: Path, folder: Path) -> None:
+    from confide.scorers import SCORERS, ScoringContext, run_scorer  # first: registers scorers
     from confide.backends.base import GenerationSpec, item_seed
     from confide.backends.hf import HFBackend
     from confide.features import affinity
     from confide.grading import embed_texts
     from confide.judges import make_judge, question_text
     from confide.records import Record
-    from confide.scorers import SCORERS, ScoringContext, run_scorer
     from confide.scorers.reflexive import p_true_prompt
     from confide.tasks import load_task
 
@@ -288,7 +288,8 @@ def speed(args: argparse.Namespace, python: Path, folder: Path) -> None:
     base = rows[0][1]
     print(f"\nSpeed on identical work: first {args.items} TriviaQA items, greedy + {args.samples}"
           f" samples of <= {args.max_new_tokens} tokens, {len(SPEED_SCORERS)} estimators, "
-          f"{dtype}, {os.cpu_count()} CPU threads visible")
+          f"{dtype}, {os.environ.get('OMP_NUM_THREADS', 'default')} CPU thread(s) per process, "
+          f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end")
     header = f"{'pipeline':34s} {'wall s':>8s} {'greedy tok':>10s} {'sample tok':>10s} " \
              f"{'tok/s':>7s} {'peak RSS GB':>11s} {'time / confide':>14s}"
     print(header)
@@ -312,9 +313,14 @@ def main() -> None:
     parser.add_argument("--parity-dtype", default="float32")
     parser.add_argument("--venv", type=Path, default=None,
                         help="LM-Polygraph's virtualenv (built if missing)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads for every process (OMP_NUM_THREADS; default: torch's "
+                             "choice). On a loaded machine 1 avoids oversubscription")
     parser.add_argument("--skip-parity", action="store_true")
     parser.add_argument("--skip-speed", action="store_true")
     args = parser.parse_args()
+    if args.threads:  # read by torch in this process and in every child
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(args.threads)
 
     python = polygraph_python(args.venv or default_venv())
     with tempfile.TemporaryDirectory(prefix="confide-polygraph-") as tmp:
