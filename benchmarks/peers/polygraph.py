@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -139,7 +140,7 @@ def parity(args: argparse.Namespace, python: Path, folder: Path) -> None:
     from confide.scorers import SCORERS, ScoringContext, run_scorer  # first: registers scorers
     from confide.backends.base import GenerationSpec, item_seed
     from confide.backends.hf import HFBackend
-    from confide.features import affinity
+    from confide.features import affinity, clusters
     from confide.grading import embed_texts
     from confide.judges import make_judge, question_text
     from confide.records import Record
@@ -175,6 +176,11 @@ def parity(args: argparse.Namespace, python: Path, folder: Path) -> None:
         question = question_text(record.item)
         full = _reference_log_probs(backend, prompt, g.token_ids)
         np.save(folder / f"greedy{n}.npy", full)
+        # Like for like: confide's self_certainty on KL(U || p_t) of the same reference pass.
+        kl = -math.log(full.shape[-1]) - full.mean(axis=-1) if len(full) else np.zeros(0)
+        same = Record(item=record.item, greedy=replace(g, token_kl_uniform=kl), samples=samples)
+        ours.setdefault("self_certainty:reference", []).append(
+            run_scorer(SCORERS["self_certainty"], same)[0])
         e = np.asarray(embed_texts([s.text for s in samples]), dtype=np.float64)
         answer = g.text
         p_true_logp = None
@@ -185,9 +191,9 @@ def parity(args: argparse.Namespace, python: Path, folder: Path) -> None:
         for judge, ctx in contexts.items():
             judged[judge] = {
                 "affinity": np.asarray(affinity(record, ctx)).tolist(),
-                # Kuhn et al.: the samples alone are clustered.
-                "sample_clusters": ctx.judge.clusters([s.text for s in samples],
-                                                      record.item).tolist()}
+                # confide's own clusters of the samples, relabelled 0..m-1
+                "sample_clusters": np.unique(clusters(record, ctx)[1:],
+                                             return_inverse=True)[1].tolist()}
         items.append({
             "greedy_log_likelihoods": np.asarray(g.token_logprobs, float).tolist(),
             "entropy": np.asarray(g.token_entropies, float).tolist(),
@@ -220,24 +226,29 @@ def parity(args: argparse.Namespace, python: Path, folder: Path) -> None:
           "max |delta| over items where both are finite;")
     print("'NaN only in' counts items where one side has no value. Judge columns: the "
           "similarity matrix and clusters both were fed.")
-    print(f"Self-certainty's Polygraph input is a teacher-forced float reference pass; it differs "
-          f"from the decoding loop's log p by up to {drift:.1e}.\n")
+    print(f"Self-certainty: Polygraph needs full distributions, taken from a teacher-forced "
+          f"reference pass over the greedy answer, whose log p differs from the decoding loop's by "
+          f"up to {drift:.1e}; the row below it gives confide the same pass's KL(U || p_t).\n")
     header = f"{'confide':28s} {'Polygraph':38s} {'judge':9s} {'max |delta|':>11s} " \
              f"{'n':>3s} {'NaN only in':>14s}"
     print(header)
     print("-" * len(header))
-    for name in PLAIN + JUDGED:
-        for judge in (JUDGES if name in JUDGED else ("-",)):
-            key = name if judge == "-" else f"{name}@{judge}"
-            mine = np.asarray(ours[key], dtype=float)
-            u = np.array([math.nan if v is None else v for v in theirs[key]["values"]])
-            mapped = np.exp(-u) if name == "p_true" else -u
-            both = np.isfinite(mine) & np.isfinite(mapped)
-            delta = float(np.max(np.abs(mine[both] - mapped[both]))) if both.any() else math.nan
-            only = f"{int((np.isfinite(mapped) & ~np.isfinite(mine)).sum())} c / " \
-                   f"{int((np.isfinite(mine) & ~np.isfinite(mapped)).sum())} P"
-            print(f"{name:28s} {theirs[key]['estimator']:38s} {judge:9s} {delta:11.2e} "
-                  f"{int(both.sum()):3d} {only:>14s}")
+    rows = [(name, name, "-") for name in PLAIN]
+    rows.insert(PLAIN.index("self_certainty") + 1,
+                ("  same reference pass", "self_certainty:reference", "-"))
+    rows += [(name, f"{name}@{judge}", judge) for name in JUDGED for judge in JUDGES]
+    for name, key, judge in rows:
+        mine = np.asarray(ours[key], dtype=float)
+        u = np.array([math.nan if v is None else v
+                      for v in theirs[key.split(":")[0]]["values"]])
+        mapped = np.exp(-u) if name == "p_true" else -u
+        both = np.isfinite(mine) & np.isfinite(mapped)
+        delta = float(np.max(np.abs(mine[both] - mapped[both]))) if both.any() else math.nan
+        only = f"{int((np.isfinite(mapped) & ~np.isfinite(mine)).sum())} c / " \
+               f"{int((np.isfinite(mine) & ~np.isfinite(mapped)).sum())} P"
+        print(f"{name:28s} {theirs[key.split(':')[0]]['estimator']:38s} {judge:9s} "
+              f"{delta:11.2e} "
+              f"{int(both.sum()):3d} {only:>14s}")
 
 
 # ----------------------------------------------------------------------------- speed
