@@ -283,7 +283,7 @@ def speed(args: argparse.Namespace, python: Path, folder: Path) -> None:
     sampled = sum(s.n_tokens for r in records for s in r.samples)
     rows.append(("confide run, batch 8", seconds, greedy, sampled, peak))
 
-    for batch in (1, 8):
+    for batch in args.polygraph_batches:
         payload = folder / f"speed{batch}.json"
         payload.write_text(json.dumps({
             "model_dir": model_dir, "dtype": dtype, "prompts": prompts,
@@ -322,6 +322,8 @@ def main() -> None:
     parser.add_argument("--dtype", default=None,
                         help="speed: both tools' dtype (default: confide's choice for the CPU)")
     parser.add_argument("--parity-dtype", default="float32")
+    parser.add_argument("--polygraph-batches", type=lambda t: [int(b) for b in t.split(",")],
+                        default=[1, 8], help="speed: Polygraph's batch sizes, e.g. 1,8")
     parser.add_argument("--venv", type=Path, default=None,
                         help="LM-Polygraph's virtualenv (built if missing)")
     parser.add_argument("--threads", type=int, default=None,
