@@ -22,7 +22,9 @@ Speed
     at most 24 tokens (temperature 1, top-p 0.9, stop at a newline) and the ten
     estimators both implement without an NLI model (MSP, perplexity, mean
     token entropy, self-certainty, MC entropy and its normalised form, ROUGE-L
-    lexical similarity, EigV, Degree, Eccentricity). One process each, one
+    lexical similarity, EigV, Degree, Eccentricity; confide's graph scorers
+    use TriviaQA's ``exact`` judge, Polygraph's its Jaccard similarity, so
+    neither loads a model for them). One process each, one
     after the other, each at its fastest settings: the same dtype, confide at
     batch 8, Polygraph at batch 1 (its default) and 8 with attentions and
     hidden states switched off. Prints wall time of the whole process, tokens
@@ -30,6 +32,8 @@ Speed
 
     .venv/bin/python benchmarks/peers/polygraph.py --items 30
     .venv/bin/python benchmarks/peers/polygraph.py --items 10 --skip-speed
+    # on a shared, oversubscribed CPU: one thread per process for both tools
+    .venv/bin/python benchmarks/peers/polygraph.py --items 10 --threads 1
 """
 
 from __future__ import annotations
