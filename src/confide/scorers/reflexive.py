@@ -327,6 +327,16 @@ def p_true(record: Record, ctx: ScoringContext) -> float:
     listed probability (an upper bound on it). Cost: one extra forward pass
     per record (made as the record is scored, not batched across items).
 
+    LM-Polygraph's ``PTrue`` differs by definition: it reads one spelling,
+    not renormalised against False, after its own prompt
+    (``Question: {q}\n Possible answer:{a}\n Is the possible answer:\n (A)
+    True\n (B) False\n The possible answer is:``), and returns
+    :math:`U = -\log p(\text{True} \mid q, y)`. Fed log p("True") after our
+    prompt, its :math:`e^{-U}` differs from :math:`c` by up to 0.17 on the
+    bundled model (``benchmarks/peers/polygraph.py``): the renormalisation
+    makes :math:`c` the probability of True against False, whatever mass
+    the model puts on other replies.
+
     References: [1] Kadavath et al., 2022, "Language Models (Mostly) Know What
     They Know", arXiv:2207.05221.
     """

@@ -80,6 +80,13 @@ def lexical_similarity(record: Record) -> float:
     lexically score high. An empty sample is no answer: its similarity to
     any sample, another empty one included, is 0.
 
+    LM-Polygraph's ``LexicalSimilarity("rougeL")`` returns :math:`-c` with
+    rouge-score's ROUGE-L, which Porter-stems words and keeps only ASCII
+    letters and digits; we compare unstemmed case-folded words and keep every
+    letter (the ``rougeL`` grader's tokenizer), so "Beatles" and "Beatle"
+    differ here. On the bundled model the two differ by up to 4e-3
+    (``benchmarks/peers/polygraph.py``).
+
     References: [1] Fomicheva et al., 2020, "Unsupervised Quality Estimation
     for Neural Machine Translation", TACL (lexical similarity of samples);
     [2] Lin, Trivedi & Sun, 2024, "Generating with Confidence", TMLR (LexSim);
