@@ -22,7 +22,8 @@ PACKAGE = SRC / "confide"
 # metrics → evaluation → decisions → report/serve/CLI) read as imports: the
 # data types and the answer-reading helpers the stages share sit below them.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("core", ("confide.errors", "confide.registry", "confide.records", "confide.formatting")),
+    ("core", ("confide.errors", "confide.registry", "confide.records", "confide.formatting",
+              "confide.options", "confide.outputs")),  # option ranges; output paths
     ("text", ("confide.text",)),            # answer normalisation, similarity, calls, embeddings
     ("tasks", ("confide.tasks",)),
     ("backends", ("confide.backends",)),
@@ -33,7 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("metrics", ("confide.metrics", "confide.audit")),
     ("evaluation", ("confide.evaluation",)),
     ("runs", ("confide.runner", "confide.runs")),  # the run loop; a stored run and its table
-    ("decisions", ("confide.decisions", "confide.learned")),
+    ("decisions", ("confide.decisions", "confide.learned", "confide.density")),
     ("outputs", ("confide.report", "confide.serve")),
     ("api", ("confide.api",)),
     ("cli", ("confide.cli", "confide.render")),  # the Rich renderer is the CLI's alone

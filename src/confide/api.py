@@ -15,6 +15,7 @@ from typing import Any
 
 from confide.backends import Backend, GenerationSpec, item_seed, load_backend
 from confide.backends.models import DEFAULT_MODEL
+from confide.errors import InvalidInputError
 from confide.pipeline import DEFAULT_SCORERS, Pipeline, check_question
 from confide.records import Item, Record
 from confide.runner import RunConfig, execute

@@ -35,7 +35,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from confide.errors import InvalidInputError
-from confide.learned import Learned, crossfit, hidden_keys, run_digest
+from confide.learned import Learned, hidden_keys, run_digest
+from confide.metrics.crossfit import crossfit_splits
 from confide.records import Record
 
 __all__ = ["HUQ_SPLIT_SEED", "JITTERS", "KINDS", "Density", "Gaussian", "fit", "fit_run",
@@ -278,7 +279,10 @@ def fit(records: Sequence[Record], *, kind: str, grader: str, model: dict[str, A
         for k in keys:
             def inner(tr: np.ndarray, te: np.ndarray, k: str = k) -> np.ndarray:
                 return score(k, idx[tr], idx[te])
-            auc = _auroc(crossfit(inner, y[idx], n_folds=SELECTION_FOLDS, seed=seed), y[idx])
+            try:
+                auc = _auroc(_crossfit(inner, y[idx], n_folds=SELECTION_FOLDS, seed=seed), y[idx])
+            except InvalidInputError:  # too few of a class inside this training split
+                continue
             if auc > best_auc:
                 best, best_auc = k, auc
         return best
@@ -286,7 +290,7 @@ def fit(records: Sequence[Record], *, kind: str, grader: str, model: dict[str, A
     def fit_predict(train: np.ndarray, test: np.ndarray) -> np.ndarray:
         return score(choose(train), train, test)
 
-    oof = crossfit(fit_predict, y, n_folds=n_folds, seed=seed)
+    oof = _crossfit(fit_predict, y, n_folds=n_folds, seed=seed)
     chosen = choose(np.ones(y.size, dtype=bool))
     params = _params(kind, views[chosen], ppl, back.get(chosen))
     report = {"oof_auroc": _auroc(oof, y), "chosen": chosen, "n": int(y.size),
@@ -335,3 +339,15 @@ def load_fitted(path: str | Path) -> Learned:
     except (OSError, json.JSONDecodeError, AttributeError):
         kind = None  # Learned.load reports what is wrong with the file
     return (Density if kind in KINDS else Learned).load(path)
+
+
+def _crossfit(fit_predict: Any, y: np.ndarray, *, n_folds: int, seed: int) -> np.ndarray:
+    """Out-of-fold predictions under the one fold rule (:func:`crossfit_splits`):
+    ``fit_predict(train_mask, test_mask)`` fits without a fold and predicts it."""
+    out = np.empty(len(y))
+    for train, test in crossfit_splits(y, n_folds=n_folds, seed=seed):
+        train_mask = np.zeros(len(y), dtype=bool)
+        test_mask = np.zeros(len(y), dtype=bool)
+        train_mask[train], test_mask[test] = True, True
+        out[test_mask] = fit_predict(train_mask, test_mask)
+    return out

@@ -55,7 +55,7 @@ language models using semantic entropy", Nature 630.
 from __future__ import annotations
 
 import functools
-from abc import ABC, abstractmethod
+from abc import ABC
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar

@@ -114,12 +114,12 @@ def test_p_true_renormalises_over_true_and_false_hand_computed():
     (-math.inf, -1.0, 0.0), (-1.0, -math.inf, 1.0)])
 def test_p_true_renormalisation_does_not_overflow(yes, no, expected):
     # issue 12: log-odds beyond ~709 raised OverflowError
-    assert _renormalised(np.array([yes]), np.array([no])) == pytest.approx(expected)
+    assert two_way_from_logprobs(np.array([yes]), np.array([no])) == pytest.approx(expected)
 
 
 def test_p_true_renormalisation_refuses_two_impossible_replies():
-    with pytest.raises(CannotScore, match="probability 0"):
-        _renormalised(np.array([-math.inf]), np.array([-math.inf]))
+    with pytest.raises(CannotScore, match="neither reply"):
+        two_way_from_logprobs(np.array([-math.inf]), np.array([-math.inf]))
 
 
 class TopKBackend:

@@ -21,8 +21,6 @@ import math
 import re
 from typing import Any
 
-import numpy as np
-
 from confide.backends.base import GenerationSpec, Prompt, item_seed
 from confide.backends.binary import two_way_probability
 from confide.errors import CannotScore
