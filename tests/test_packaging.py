@@ -83,7 +83,7 @@ def test_extras_match_what_each_part_imports():
 def _text_files() -> list[tuple[Path, str]]:
     """The repository's own text files (no venv, build output or bundled data)."""
     skip = {".git", ".venv", "runs", "ci-artifacts", "build", "dist", "__pycache__", "data",
-            ".pytest_cache"}
+            ".pytest_cache", ".hypothesis"}
     out = []
     for folder, dirs, files in os.walk(ROOT):
         dirs[:] = [d for d in dirs if d not in skip and not d.endswith(".egg-info")]

@@ -135,7 +135,7 @@ def test_report_does_not_embed_the_data_files_folder(tmp_path, hf_model):
     data.write_text('{"question": "What is the capital of France?", "references": ["Paris"]}\n')
     run = confide.evaluate(hf_model, task=str(data), out=tmp_path / "run", max_new_tokens=4,
                            scorers=("msp",))
-    from confide.api import report
+    from confide.api import make_report as report
 
     html = Path(report(run.path)).read_text(encoding="utf-8")
     assert "private-folder" not in html and str(tmp_path) not in html

@@ -223,7 +223,9 @@ def test_hf_next_token_logprobs_equal_a_plain_forward_pass(hf_model):
     got = hf_model.next_token_logprobs([prompt, "The sky is"], ["True", " False", " blue"])
     ids = torch.tensor([hf_model.encode(prompt)])
     with torch.inference_mode():
-        ref = torch.log_softmax(hf_model.model(input_ids=ids).logits[0, -1].float(), -1)
+        # compare like with like: the backend projects the last hidden state in float32
+        hidden = hf_model.model.get_decoder()(input_ids=ids).last_hidden_state[0, -1]
+        ref = torch.log_softmax(hf_model.float32_logits(hidden), -1)
     want = [ref[hf_model.candidate_token_id(c)].item() for c in ["True", " False", " blue"]]
     assert got.shape == (2, 3)
     assert got[0] == pytest.approx(want, abs=1e-3)

@@ -103,13 +103,14 @@ def test_hf_statistics_survive_a_minus_inf_logit(hf_model):
     from confide.backends.base import GenerationSpec
 
     banned = hf_model.candidate_token_id(" Paris")
-    hook = hf_model.model.lm_head.register_forward_hook(
-        lambda module, args, out: out.index_fill(-1, torch.tensor([banned]), -math.inf))
+    project = hf_model.float32_logits  # where the decoding loop gets its logits
+    hf_model.float32_logits = lambda hidden: project(hidden).index_fill(
+        -1, torch.tensor([banned]), -math.inf)
     try:
         result = hf_model.generate(["The capital of France is"],
                                    GenerationSpec(max_new_tokens=3), [0])[0]
     finally:
-        hook.remove()
+        del hf_model.float32_logits
     gen = result.greedy
     assert np.isfinite(gen.token_entropies).all() and (gen.token_entropies >= 0).all()
     assert np.isposinf(gen.token_kl_uniform).all()

@@ -205,7 +205,8 @@ def p_true_sampling(record: Record, ctx: ScoringContext) -> float:
               {P(\text{True} \mid q, s_{1..k}, y^*) + P(\text{False} \mid q, s_{1..k}, y^*)}
 
     Same reading as ``p_true`` (one-token spellings of True/False summed,
-    renormalised), prompt :func:`p_true_sampling_prompt`; empty samples are
+    renormalised), prompt :func:`p_true_sampling_prompt`; the samples are listed
+    in sorted order (so the value ignores sampling order), empty ones are
     not shown (all empty: :class:`CannotScore`). LM-Polygraph's
     ``PTrueSampling`` reports :math:`\log P(\text{True})` without the
     renormalisation over True/False, and its prompt lists "(A) True (B)
@@ -214,7 +215,8 @@ def p_true_sampling(record: Record, ctx: ScoringContext) -> float:
     References: [1] Kadavath et al., 2022, "Language Models (Mostly) Know
     What They Know", arXiv:2207.05221 (P(True) with brainstormed samples).
     """
-    ideas = [s.text for s in require_samples(record) if s.text.strip()]
+    # sorted: the value must not depend on the order the samples were drawn in
+    ideas = sorted(s.text for s in require_samples(record) if s.text.strip())
     backend = _backends(ctx)[0]
     answer = _answer(record)
     if not ideas:
