@@ -5,7 +5,8 @@
 #                           Compiles nothing.
 #   scripts/setup.sh test   on top of `run`: the test tools, the OpenAI-compatible peer
 #                           server the backend tests talk to (llama-cpp-python, built
-#                           from source: minutes), and the browser of the report tests.
+#                           from source: minutes), Ray for the distributed-run tests,
+#                           and the browser of the report tests.
 # Idempotent: re-running it only installs what changed. It names no package index:
 # pip's own configuration decides, and PIP_INDEX_URL / PIP_EXTRA_INDEX_URL point it
 # elsewhere (for example at an index that carries PyTorch's CPU builds).
@@ -42,7 +43,7 @@ test)
         CMAKE_ARGS="-DGGML_NATIVE=OFF" "${PIP[@]}" --no-cache-dir \
             --no-binary llama-cpp-python "llama-cpp-python[server]>=0.3"
     fi
-    "${PIP[@]}" -e ".[hf,embed,data,serve,openai,test,peer]"
+    "${PIP[@]}" -e ".[hf,embed,data,serve,openai,test,peer,ray]"
     # The report tests open the HTML report in Debian's headless Chromium.
     if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 \
             && [ "$(id -u)" = 0 ]; then

@@ -63,7 +63,8 @@ def _int_list(text: str | None, option: str) -> tuple[int, ...]:
 _RUN_OPTIONS = {"batch_size": "--batch-size", "temperature": "--temperature",
                 "top_p": "--top-p", "max_new_tokens": "--max-new-tokens", "n_samples": "--samples",
                 "hidden_layers": "--hidden-layers", "limit": "--limit", "seed": "--seed",
-                "on_bad_record": "--on-bad-record"}
+                "on_bad_record": "--on-bad-record", "ray": "--ray", "workers": "--workers",
+                "threads_per_worker": "--threads-per-worker"}
 
 
 def _output(path: Path, option: str) -> Path:
@@ -126,9 +127,16 @@ def run(
         help="your data file: a list of options (makes the task multiple choice)")] = None,
     alias_separator: Annotated[Optional[str], typer.Option(
         help="your data file: split references into aliases at this text, e.g. ';'")] = None,
+    ray: Annotated[Optional[str], typer.Option(
+        help="spread the items over Ray workers: local, or a cluster address")] = None,
+    workers: Annotated[Optional[int], typer.Option(
+        help="--ray: workers, each loading the model once (default 2)")] = None,
+    threads_per_worker: Annotated[Optional[int], typer.Option(
+        help="--ray: decoding threads per worker (default: the CPUs shared out)")] = None,
 ) -> None:
     """Generate, score, grade and store a run; print how well each scorer predicts correctness."""
     from confide import api
+    from confide.options import check_distribution
     from confide.runner import DEFAULT_SCORERS, RunConfig
 
     chosen = tuple(s.strip() for s in scorers.split(",") if s.strip()) if scorers \
@@ -147,6 +155,7 @@ def run(
                            hidden_layers=_int_list(hidden_layers, "--hidden-layers"),
                            on_bad_record=on_bad_record,
                            task_options={k: v for k, v in mapping.items() if v is not None})
+        check_distribution(ray, workers, threads_per_worker)
     except InvalidInputError as exc:
         raise typer.BadParameter(str(exc).removeprefix(f"{exc.field}: "),
                                  param_hint=_RUN_OPTIONS.get(exc.field or "", exc.field)
@@ -160,7 +169,8 @@ def run(
                                     api_key_env=api_key_env, concurrency=concurrency)
         try:
             with bar:
-                outcome = api.execute(config, target, progress=update, backend=loaded)
+                outcome = api.execute(config, target, progress=update, backend=loaded, ray=ray,
+                                      workers=workers, threads_per_worker=threads_per_worker)
         except KeyboardInterrupt:
             err_console.print(
                 f"\nInterrupted. Every finished item is stored in {target}.\n"

@@ -17,14 +17,15 @@ the option; nothing is clamped silently.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from confide.errors import InvalidInputError
 
-__all__ = ["MAX_STOP_SEQUENCES", "RANGES", "Range", "check_hidden_layers", "check_option",
-           "check_prompt_fits", "check_sampling", "check_stop"]
+__all__ = ["MAX_STOP_SEQUENCES", "RANGES", "Range", "check_distribution", "check_hidden_layers",
+           "check_option", "check_prompt_fits", "check_sampling", "check_stop"]
 
 MAX_STOP_SEQUENCES = 4  # what the OpenAI API allows
 
@@ -64,6 +65,8 @@ RANGES: dict[str, Range] = {
     "n": Range(1, 128, integer=True),
     "seed": Range(integer=True),
     "concurrency": Range(1, 1024, integer=True),
+    "workers": Range(1, 4096, integer=True),
+    "threads_per_worker": Range(1, 1024, integer=True),
 }
 
 
@@ -115,6 +118,37 @@ def check_stop(stop: str | Sequence[str] | None, *,
             raise InvalidInputError(f"stop sequences must be non-empty text, got {value!r}",
                                     field="stop")
     return values
+
+
+def check_distribution(ray: str | None, workers: int | None,
+                       threads_per_worker: int | None = None) -> None:
+    """Where a run spreads (``--ray``) and over how many workers (``--workers``).
+
+    ``ray`` is ``"local"`` (a Ray instance started on this machine), ``"auto"``
+    (the cluster this machine belongs to), ``host:port`` or ``ray://host:port``.
+    ``workers`` and ``threads_per_worker`` only mean something with ``ray``.
+
+    >>> check_distribution("local", 2)
+    >>> check_distribution(None, 2)
+    Traceback (most recent call last):
+    ...
+    confide.errors.InvalidInputError: workers: needs --ray (local or a cluster address)
+    """
+    if ray is None:
+        for name, value in (("workers", workers), ("threads_per_worker", threads_per_worker)):
+            if value is not None:
+                raise InvalidInputError("needs --ray (local or a cluster address)", field=name)
+        return
+    if not isinstance(ray, str) or not _RAY_ADDRESS.fullmatch(ray):
+        raise InvalidInputError(f"must be local, auto, HOST:PORT or ray://HOST:PORT, got {ray!r}",
+                                field="ray")
+    if workers is not None:
+        check_option("workers", workers)
+    if threads_per_worker is not None:
+        check_option("threads_per_worker", threads_per_worker)
+
+
+_RAY_ADDRESS = re.compile(r"local|auto|(ray://)?[A-Za-z0-9.\-]+:\d{1,5}")
 
 
 def check_hidden_layers(layers: Sequence[int], n_layers: int) -> None:

@@ -107,13 +107,15 @@ def item_seed(run_seed: int, item_id: str) -> int:
 BACKENDS: Registry[str] = Registry("backend")
 BACKENDS.add("hf", "confide.backends.hf:HFBackend")
 BACKENDS.add("openai", "confide.backends.openai:OpenAIBackend")
+BACKENDS.add("vllm", "confide.backends.vllm:VLLMBackend")
 
 
 def load_backend(name: str, model: str, **options: Any) -> Backend:
     """Instantiate the backend registered as ``name`` for ``model`` (its module imported now).
 
     ``options`` go to the backend (``device``, ``batch_size``, ``dtype`` for
-    ``hf``; ``base_url``, ``concurrency``, ``timeout`` for ``openai``).
+    ``hf``; ``base_url``, ``concurrency``, ``timeout`` for ``openai``;
+    ``tensor_parallel_size`` and vLLM engine keywords for ``vllm``).
     """
     cls = load_object(BACKENDS[name])
     return cls(model, **options)  # type: ignore[operator,no-any-return]

@@ -1,0 +1,306 @@
+"""Runs spread over a Ray cluster: fixed shards, one model per worker, one writer.
+
+``confide run --ray local|ADDRESS --workers N`` (or ``execute(..., ray=...)``)
+starts ``N`` Ray actors, each holding its own backend and pipeline (a
+:class:`~confide.runner.BlockRunner`: the model is loaded once per actor). The
+items are cut into the run's fixed blocks (``batch_size`` items in item order,
+as in a local run) and the blocks into contiguous *shards*; an idle worker takes
+the next shard and sends back each block's scored, graded records as soon as
+the block is done. The driver is the only process that writes the run's SQLite
+store, record by record, keyed by item id, so every record is stored exactly
+once:
+
+- a worker that dies (its process killed, its node lost) loses only the blocks
+  of its shard not yet sent; those are queued again as a shard of their own and
+  taken by another worker (a fresh one replaces the dead), and records already
+  stored are skipped;
+- a driver that dies leaves a store like a killed local run: the same command
+  resumes it, and so does a local run (Ray is not part of the run's identity).
+
+Records equal those of a single-process run with the same seed (timing fields
+aside) because an item's numbers depend only on (run seed, item id) and its
+block, never on the worker, provided each process decodes alike: the same
+dtype (stored with the run and checked) and the same number of threads, since
+float sums split over more threads round differently (1 against 2 threads
+moved SmolLM2's log-probabilities by up to 1.3e-5). ``threads_per_worker``
+sets the workers'; ``OMP_NUM_THREADS`` sets a local run's.
+
+Ray is imported only here and only when a run asks for it (extra ``ray``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confide.errors import BackendError, InvalidInputError
+from confide.runner import (BlockResult, BlockRunner, Progress, RunConfig, RunOutcome,
+                            check_backend, check_output, prepare, run_identity, todo_blocks,
+                            write_block)
+from confide.store import RunStore
+from confide.tasks import Task
+
+__all__ = ["SHARDS_PER_WORKER", "ShardWorker", "execute_ray", "shard_blocks"]
+
+# Shards per worker: enough to even out uneven workers, few enough that a shard is
+# many blocks long (a dead worker's loss is at most the unsent rest of one shard).
+SHARDS_PER_WORKER = 4
+# A shard whose workers died this many times in a row ends the run (stored work is kept).
+MAX_ATTEMPTS = 3
+# Environment variables the driver passes on to its workers (cache, dtype, offline mode).
+_PASSED_ENV = ("CONFIDE_", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+
+def shard_blocks(blocks: list[int], workers: int, size: int | None = None) -> list[list[int]]:
+    """Cut the starts of the blocks to do into contiguous shards of ``size`` blocks
+    (default: about :data:`SHARDS_PER_WORKER` shards per worker).
+
+    >>> shard_blocks([0, 4, 8, 12, 16], 2)
+    [[0], [4], [8], [12], [16]]
+    >>> shard_blocks([0, 4, 8, 12, 16], 1, size=2)
+    [[0, 4], [8, 12], [16]]
+    """
+    if size is None:
+        size = max(1, math.ceil(len(blocks) / (workers * SHARDS_PER_WORKER)))
+    return [blocks[i:i + size] for i in range(0, len(blocks), size)]
+
+
+class ShardWorker:
+    """What each Ray actor holds: one :class:`~confide.runner.BlockRunner`.
+
+    A plain class: :func:`execute_ray` makes it a Ray actor, so this module
+    imports without Ray.
+    """
+
+    def __init__(self, config: RunConfig, task: Task, max_new_tokens: int,
+                 threads: int | None, env: dict[str, str]) -> None:
+        os.environ.update(env)
+        if threads is not None:
+            try:
+                import torch
+            except ImportError:  # a backend without torch (openai) has no threads to set
+                pass
+            else:
+                torch.set_num_threads(threads)
+        self.runner = BlockRunner(config, task, max_new_tokens)
+
+    def describe(self) -> dict[str, Any]:
+        """The worker's process, model setup and the scorers its backend cannot feed."""
+        return {"pid": os.getpid(), "backend": self.runner.backend.config(),
+                "skipped": self.runner.pipe.skipped}
+
+    def check(self, ids: set[str] | None) -> None:
+        self.runner.check(ids)
+
+    def run_block(self, start: int, skip: frozenset[str]) -> BlockResult:
+        return self.runner.run_block(start, skip)
+
+    def peak_memory(self) -> int:
+        """Peak resident memory of the worker's process in bytes (Linux: ru_maxrss in KiB)."""
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+@dataclass
+class _Shard:
+    blocks: list[int]
+    attempts: int = 0
+
+
+@dataclass
+class _Slot:
+    """A live worker, the shard it is doing and the calls it has not answered yet."""
+
+    actor: Any
+    pid: int
+    shard: _Shard | None = None
+    pending: dict[Any, int] = field(default_factory=dict)  # object ref → block start
+    starting: Any = None  # while a replacement loads its model: the ref of its description
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise InvalidInputError("--ray needs Ray: pip install 'confide[ray]'",
+                                field="ray") from exc
+    return ray
+
+
+def _connect(ray: Any, address: str, workers: int) -> bool:
+    """Join (or start) Ray; True when this call started the connection (and must end it)."""
+    if ray.is_initialized():
+        return False
+    quiet = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
+    if address == "local":
+        # Room for every worker even on a machine with fewer cores (they then share them).
+        ray.init(num_cpus=max(os.cpu_count() or 1, workers), **quiet)
+    else:
+        ray.init(address=address, **quiet)
+    return True
+
+
+def _resources(ray: Any, workers: int, threads: int | None) -> tuple[float, float, int]:
+    """Ray CPUs and GPUs reserved per worker, and its decoding threads."""
+    total = ray.cluster_resources()
+    cpus = float(total.get("CPU", 1)) / workers
+    gpus = float(total.get("GPU", 0))
+    per_gpu = float(math.floor(gpus / workers)) if gpus >= workers else 0.0
+    threads = threads or max(1, int(cpus))
+    return min(cpus, float(threads)), per_gpu, threads
+
+
+def execute_ray(config: RunConfig, out: str | Path, *, address: str = "local", workers: int = 2,
+                threads_per_worker: int | None = None, progress: Progress | None = None,
+                shard_size: int | None = None) -> RunOutcome:
+    """Generate, score, grade and store every item of the run not stored yet, on Ray workers.
+
+    Parameters
+    ----------
+    address : ``"local"`` (start Ray on this machine), ``"auto"`` or a cluster address;
+        a Ray connection already open in this process is used as it is.
+    workers : Ray actors, each loading the model once.
+    threads_per_worker : decoding threads of each worker (default: the cluster's CPUs
+        divided among the workers, at least 1).
+    shard_size : blocks per shard (default: about :data:`SHARDS_PER_WORKER` shards per worker).
+
+    ``outcome.generation_seconds`` is the wall time of the distributed loop, so
+    tokens per second read as the cluster's throughput.
+    """
+    task, _, max_new_tokens = prepare(config)
+    existed = check_output(out)
+    if existed:  # a finished run needs no cluster
+        with RunStore.open(out, run_identity(config, task)) as store:
+            done = store.done_ids()
+            if not todo_blocks(config, task, done):
+                if progress:
+                    progress(len(task.items), len(task.items))
+                return RunOutcome(Path(out), task, len(task.items), 0,
+                                  store.get_meta("skipped_scorers", {}))
+    ray = _import_ray()
+    started = _connect(ray, address, workers)
+    pool = _Pool(ray, config, task, max_new_tokens, workers, threads_per_worker)
+    try:
+        first = pool.slots[0]
+        if not existed:  # checked before the run directory exists, as a local run does
+            ray.get(first.actor.check.remote(None))
+        with RunStore.open(out, run_identity(config, task)) as store:
+            return _drive(ray, pool, store, config, task, existed, progress, shard_size,
+                          Path(out))
+    finally:
+        pool.close()
+        if started:
+            ray.shutdown()
+
+
+def _drive(ray: Any, pool: _Pool, store: RunStore, config: RunConfig, task: Task,
+           existed: bool, progress: Progress | None, shard_size: int | None,
+           out: Path) -> RunOutcome:
+    """The driver's loop: hand out shards, store what comes back, retry what a dead worker lost."""
+    done = store.done_ids()
+    total = len(task.items)
+    todo = {it.id for it in task.items if it.id not in done}
+    if existed:
+        ray.get(pool.slots[0].actor.check.remote(todo))
+    for info in pool.infos:  # every worker must load the model setup that began the run
+        check_backend(store, info["backend"])
+    skipped = pool.infos[0]["skipped"]
+    store.set_meta("skipped_scorers", skipped)
+    outcome = RunOutcome(out, task, total, 0, skipped)
+    stored = total - len(todo)
+    if progress:
+        progress(stored, total)
+    queue = deque(_Shard(s) for s in shard_blocks(todo_blocks(config, task, done),
+                                                   len(pool.slots), shard_size))
+    began = time.perf_counter()
+    while queue or any(slot.pending for slot in pool.slots):
+        for slot in pool.slots:  # idle workers take the next shard, all its blocks at once
+            if slot.starting is None and not slot.pending and queue:
+                slot.shard = queue.popleft()
+                skip = frozenset(done)
+                slot.pending = {slot.actor.run_block.remote(start, skip): start
+                                for start in slot.shard.blocks}
+        owner = {ref: slot for slot in pool.slots
+                 for ref in [*slot.pending, *([slot.starting] if slot.starting else [])]}
+        ready, _ = ray.wait(list(owner), num_returns=1)
+        slot = owner[ready[0]]
+        if ready[0] == slot.starting:  # a replacement worker has loaded its model
+            check_backend(store, pool.started(slot))
+            continue
+        try:
+            result = ray.get(ready[0])
+        except ray.exceptions.RayActorError as exc:
+            queue.appendleft(_lost_shard(slot, exc))
+            pool.replace(slot)
+            continue
+        start = slot.pending.pop(ready[0])
+        slot.shard.blocks.remove(start)  # type: ignore[union-attr]
+        slot.shard.attempts = 0  # type: ignore[union-attr]
+        stored += write_block(store, outcome, result)
+        done.update(record.item.id for _, record in result.records)
+        if progress:
+            progress(stored, total)
+    outcome.generation_seconds = time.perf_counter() - began
+    return outcome
+
+
+def _lost_shard(slot: _Slot, exc: Exception) -> _Shard:
+    """The unsent blocks of a dead worker's shard, as a shard to retry."""
+    shard = slot.shard or _Shard([])
+    shard.attempts += 1
+    if shard.attempts >= MAX_ATTEMPTS:
+        raise BackendError(f"the blocks at items {shard.blocks} were lost with their worker "
+                           f"{MAX_ATTEMPTS} times in a row (last: {exc}); what was stored is "
+                           "kept, run the same command again to resume") from exc
+    slot.pending.clear()
+    slot.shard = None
+    return shard
+
+
+class _Pool:
+    """The Ray actors of a run; a dead one is replaced by a fresh one."""
+
+    def __init__(self, ray: Any, config: RunConfig, task: Task, max_new_tokens: int,
+                 workers: int, threads: int | None) -> None:
+        self.ray = ray
+        cpus, gpus, threads = _resources(ray, workers, threads)
+        env = {k: v for k, v in os.environ.items() if k.startswith(_PASSED_ENV)}
+        self._actor_class = ray.remote(ShardWorker).options(num_cpus=cpus, num_gpus=gpus,
+                                                              max_restarts=0)
+        self._args = (config, ray.put(task), max_new_tokens, threads, env)
+        self.slots: list[_Slot] = []
+        self.infos: list[dict[str, Any]] = []
+        actors = [self._actor_class.remote(*self._args) for _ in range(workers)]
+        try:  # wait for every model to load; an error loading it is the user's to see
+            self.infos = ray.get([a.describe.remote() for a in actors])
+        except ray.exceptions.RayActorError as exc:
+            for actor in actors:
+                ray.kill(actor)
+            raise BackendError(f"a Ray worker could not start: {exc}") from exc
+        self.slots = [_Slot(a, info["pid"]) for a, info in zip(actors, self.infos, strict=True)]
+
+    def replace(self, dead: _Slot) -> None:
+        """Swap a dead worker for a fresh one; it takes work once it has loaded the model
+        (:meth:`started`), and the other workers go on meanwhile."""
+        dead.actor = self._actor_class.remote(*self._args)
+        dead.starting = dead.actor.describe.remote()
+
+    def started(self, slot: _Slot) -> dict[str, Any]:
+        """A replacement's model setup, once loaded; raises if it could not start."""
+        try:
+            info: dict[str, Any] = self.ray.get(slot.starting)
+        except self.ray.exceptions.RayActorError as exc:
+            raise BackendError(f"a Ray worker could not start: {exc}") from exc
+        slot.pid, slot.starting = info["pid"], None
+        self.infos.append(info)
+        return info["backend"]
+
+    def close(self) -> None:
+        for slot in self.slots:
+            self.ray.kill(slot.actor)
