@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confide.errors import BackendError, InvalidInputError
+from confide.errors import BackendError, ConfideError, InvalidInputError
 from confide.runner import (BlockResult, BlockRunner, Progress, RunConfig, RunOutcome,
                             check_backend, check_output, prepare, run_identity, todo_blocks,
                             write_block)
@@ -90,8 +90,8 @@ class ShardWorker:
         self.runner = BlockRunner(config, task, max_new_tokens)
 
     def describe(self) -> dict[str, Any]:
-        """The worker's process, model setup and the scorers its backend cannot feed."""
-        return {"pid": os.getpid(), "backend": self.runner.backend.config(),
+        """The worker's model setup and the scorers its backend cannot feed."""
+        return {"backend": self.runner.backend.config(),
                 "skipped": self.runner.pipe.skipped}
 
     def check(self, ids: set[str] | None) -> None:
@@ -99,12 +99,6 @@ class ShardWorker:
 
     def run_block(self, start: int, skip: frozenset[str]) -> BlockResult:
         return self.runner.run_block(start, skip)
-
-    def peak_memory(self) -> int:
-        """Peak resident memory of the worker's process in bytes (Linux: ru_maxrss in KiB)."""
-        import resource
-
-        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 @dataclass
@@ -118,7 +112,6 @@ class _Slot:
     """A live worker, the shard it is doing and the calls it has not answered yet."""
 
     actor: Any
-    pid: int
     shard: _Shard | None = None
     pending: dict[Any, int] = field(default_factory=dict)  # object ref → block start
     starting: Any = None  # while a replacement loads its model: the ref of its description
@@ -185,16 +178,21 @@ def execute_ray(config: RunConfig, out: str | Path, *, address: str = "local", w
                                   store.get_meta("skipped_scorers", {}))
     ray = _import_ray()
     started = _connect(ray, address, workers)
-    pool = _Pool(ray, config, task, max_new_tokens, workers, threads_per_worker)
+    pool = None
     try:
-        first = pool.slots[0]
+        pool = _Pool(ray, config, task, max_new_tokens, workers, threads_per_worker)
         if not existed:  # checked before the run directory exists, as a local run does
-            ray.get(first.actor.check.remote(None))
+            ray.get(pool.slots[0].actor.check.remote(None))
         with RunStore.open(out, run_identity(config, task)) as store:
             return _drive(ray, pool, store, config, task, existed, progress, shard_size,
                           Path(out))
+    except ray.exceptions.RayTaskError as exc:
+        if isinstance(exc.cause, ConfideError):  # the user's error, raised in a worker
+            raise exc.cause from None
+        raise
     finally:
-        pool.close()
+        if pool is not None:
+            pool.close()
         if started:
             ray.shutdown()
 
@@ -283,7 +281,7 @@ class _Pool:
             for actor in actors:
                 ray.kill(actor)
             raise BackendError(f"a Ray worker could not start: {exc}") from exc
-        self.slots = [_Slot(a, info["pid"]) for a, info in zip(actors, self.infos, strict=True)]
+        self.slots = [_Slot(a) for a in actors]
 
     def replace(self, dead: _Slot) -> None:
         """Swap a dead worker for a fresh one; it takes work once it has loaded the model
@@ -297,7 +295,7 @@ class _Pool:
             info: dict[str, Any] = self.ray.get(slot.starting)
         except self.ray.exceptions.RayActorError as exc:
             raise BackendError(f"a Ray worker could not start: {exc}") from exc
-        slot.pid, slot.starting = info["pid"], None
+        slot.starting = None
         self.infos.append(info)
         return info["backend"]
 
