@@ -127,6 +127,19 @@ def test_distribution_options_are_checked_alike_for_cli_and_api(config, tmp_path
     assert not (tmp_path / "run.sqlite").exists()
 
 
+@pytest.mark.parametrize("args, option", [(["--workers", "2"], "--workers"),
+                                          (["--ray", "my cluster"], "--ray"),
+                                          (["--ray", "local", "--workers", "0"], "--workers")])
+def test_cli_refuses_bad_distribution_options(args, option, tmp_path):
+    from typer.testing import CliRunner
+
+    from confide.cli import app
+
+    result = CliRunner().invoke(app, ["run", "--out", str(tmp_path / "run"), *args])
+    assert result.exit_code == 2 and option in result.output
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_ray_run_equals_single_process_run(ray_address, config, reference, tmp_path):
     outcome = execute(config, tmp_path, ray="local", workers=2, threads_per_worker=THREADS)

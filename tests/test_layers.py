@@ -33,8 +33,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("pipeline", ("confide.pipeline",)),    # generate → record → score → grade
     ("metrics", ("confide.metrics", "confide.audit")),
     ("evaluation", ("confide.evaluation",)),
-    ("runs", ("confide.runner", "confide.runs", "confide.distributed")),  # the run loop (local or
-    # over Ray workers); a stored run and its table
+    # the run loop, here or over Ray workers; a stored run and its table
+    ("runs", ("confide.runner", "confide.distributed", "confide.runs")),
     ("decisions", ("confide.decisions", "confide.learned", "confide.density")),
     ("outputs", ("confide.report", "confide.serve")),
     ("api", ("confide.api",)),

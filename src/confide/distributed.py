@@ -221,9 +221,8 @@ def _drive(ray: Any, pool: _Pool, store: RunStore, config: RunConfig, task: Task
         for slot in pool.slots:  # idle workers take the next shard, all its blocks at once
             if slot.starting is None and not slot.pending and queue:
                 slot.shard = queue.popleft()
-                skip = frozenset(done)
-                slot.pending = {slot.actor.run_block.remote(start, skip): start
-                                for start in slot.shard.blocks}
+                slot.pending = {slot.actor.run_block.remote(start, _stored_of(
+                    task, config, start, done)): start for start in slot.shard.blocks}
         owner = {ref: slot for slot in pool.slots
                  for ref in [*slot.pending, *([slot.starting] if slot.starting else [])]}
         ready, _ = ray.wait(list(owner), num_returns=1)
@@ -246,6 +245,12 @@ def _drive(ray: Any, pool: _Pool, store: RunStore, config: RunConfig, task: Task
             progress(stored, total)
     outcome.generation_seconds = time.perf_counter() - began
     return outcome
+
+
+def _stored_of(task: Task, config: RunConfig, start: int, done: set[str]) -> frozenset[str]:
+    """The items of the block at ``start`` already stored (the worker skips them)."""
+    return frozenset(it.id for it in task.items[start:start + config.batch_size]
+                     if it.id in done)
 
 
 def _lost_shard(slot: _Slot, exc: Exception) -> _Shard:

@@ -26,6 +26,10 @@ likely tokens (``logprobs=K``, from the raw logits: ``logprobs_mode=
   them out, so the runner skips the scorers that need them and says why;
 - hidden states: vLLM gives none, so probes and density scorers are skipped.
 
+Throughput: a run's block of ``--batch-size`` questions is one call to the
+engine, so give it hundreds (``benchmarks/gpu/vllm_check.sh`` uses one block of
+200 questions).
+
 Reproducibility: vLLM's batched GPU kernels are not batch-invariant unless
 vLLM's batch-invariant mode is on (``VLLM_BATCH_INVARIANT=1`` where the
 installed vLLM has it), so a resumed run's numbers can differ in the last bits.
@@ -279,7 +283,9 @@ class VLLMBackend:
                            logprobs_mode="raw_logprobs", **engine)
         except OSError as exc:
             raise ModelLoadError(f"{model}: cannot load model: {exc}") from exc
-        self._model_config = self.llm.llm_engine.model_config
+        # `LLM.model_config` in newer vLLM; the engine's in older ones
+        self._model_config = (getattr(self.llm, "model_config", None)
+                              or self.llm.llm_engine.model_config)
         self.vocab_size = int(self._model_config.get_vocab_size())
         self.has_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
         self._text = TokenText(
