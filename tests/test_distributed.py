@@ -112,6 +112,14 @@ def _busy_worker() -> int | None:
     return None
 
 
+def test_default_path_imports_no_ray_nor_vllm():
+    code = ("import sys, confide, confide.cli, confide.runner, confide.distributed, "
+            "confide.backends.vllm; print(sorted({'ray', 'vllm'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_shards_are_contiguous_blocks():
     assert shard_blocks([0, 2, 4, 6], 2, size=3) == [[0, 2, 4], [6]]
     assert sum(shard_blocks(list(range(0, 200, 8)), 2), []) == list(range(0, 200, 8))

@@ -279,9 +279,13 @@ class _Pool:
         self._args = (config, ray.put(task), max_new_tokens, threads, env)
         self.slots: list[_Slot] = []
         self.infos: list[dict[str, Any]] = []
-        actors = [self._actor_class.remote(*self._args) for _ in range(workers)]
+        # The first worker loads alone: a setting a backend measures once per machine at
+        # load and remembers (hf's CPU dtype) is then read, not raced, by the rest.
+        actors = [self._actor_class.remote(*self._args)]
         try:  # wait for every model to load; an error loading it is the user's to see
-            self.infos = ray.get([a.describe.remote() for a in actors])
+            self.infos = ray.get([actors[0].describe.remote()])
+            actors += [self._actor_class.remote(*self._args) for _ in range(workers - 1)]
+            self.infos += ray.get([a.describe.remote() for a in actors[1:]])
         except ray.exceptions.RayActorError as exc:
             for actor in actors:
                 ray.kill(actor)
