@@ -35,7 +35,7 @@ from confide.backends.base import Prompt
 from confide.errors import CannotScore
 from confide.records import Record
 from confide.scorers.base import Cost, Need, ScoringContext, scorer
-from confide.scorers.whitebox import _stat
+from confide.scorers.whitebox import token_statistic
 
 __all__ = ["ATTENTION_EPSILON", "CPMI_LAMBDA", "CPMI_TAU", "RAUQ_ALPHA_BASE", "RAUQ_ALPHA_CHAT",
            "attention_score_value", "cpmi_value", "pmi_value", "rauq_value"]
@@ -132,7 +132,7 @@ def pmi(record: Record, ctx: ScoringContext) -> float:
     Response Generation using Pointwise Mutual Information", NLP4ConvAI
     workshop (PMI); [2] Fadeeva et al., 2023, LM-Polygraph, EMNLP demo.
     """
-    return pmi_value(_stat(record.greedy, "token_logprobs"), _unconditioned(record, ctx))
+    return pmi_value(token_statistic(record.greedy, "token_logprobs"), _unconditioned(record, ctx))
 
 
 @scorer("cpmi", needs=_PMI_NEEDS | {Need.TOKEN_ENTROPIES}, cost=Cost.MODEL_CALLS)
@@ -157,8 +157,8 @@ def cpmi(record: Record, ctx: ScoringContext) -> float:
     EMNLP (CPMI), arXiv:2210.13210; [2] Takayama & Arase, 2019, NLP4ConvAI
     (PMI).
     """
-    return cpmi_value(_stat(record.greedy, "token_logprobs"), _unconditioned(record, ctx),
-                      _stat(record.greedy, "token_entropies"))
+    return cpmi_value(token_statistic(record.greedy, "token_logprobs"), _unconditioned(record, ctx),
+                      token_statistic(record.greedy, "token_entropies"))
 
 
 # ---------------------------------------------------------------------------
@@ -264,7 +264,7 @@ def rauq(record: Record, ctx: ScoringContext) -> float:
     Heads: Efficient Unsupervised Uncertainty Quantification for LLMs",
     arXiv:2505.20045 (RAUQ).
     """
-    logprobs = _stat(record.greedy, "token_logprobs")
+    logprobs = token_statistic(record.greedy, "token_logprobs")
     length, diagonal = _attention(record, ctx)
     alpha = ctx.options.get("rauq_alpha")
     if alpha is None:
