@@ -162,9 +162,9 @@ def parity(args: argparse.Namespace, python: Path, folder: Path) -> None:
     from confide.backends.hf import HFBackend, _divergences_from_uniform
     from confide.features import affinity, clusters
     from confide.grading import embed_texts
-    from confide.judges import make_judge, question_text
+    from confide.judges import make_judge
     from confide.records import Record
-    from confide.scorers.reflexive import p_true_prompt
+    from confide.scorers.reflexive import p_true_prompt, question_text
     from confide.tasks import load_task
 
     backend = HFBackend(args.model, dtype=args.parity_dtype, batch_size=8)
@@ -290,7 +290,7 @@ def parity(args: argparse.Namespace, python: Path, folder: Path) -> None:
     print("PMI, CPMI: Polygraph has no unconditioned probability for the first token; the row "
           "below each sets confide's to 0 (u_0 = 0). RAUQ, attention score: both fed the "
           "attention weights of confide's pass.\n")
-    header = f"{'confide':28s} {'Polygraph':38s} {'mapping':12s} {'judge':9s} " \
+    header = f"{'confide':28s} {'Polygraph':42s} {'mapping':12s} {'judge':9s} " \
              f"{'max |delta|':>11s} {'n':>3s} {'NaN only in':>14s}"
     print(header)
     print("-" * len(header))
@@ -313,7 +313,7 @@ def parity(args: argparse.Namespace, python: Path, folder: Path) -> None:
         delta = float(np.max(np.abs(mine[both] - mapped[both]))) if both.any() else math.nan
         only = f"{int((np.isfinite(mapped) & ~np.isfinite(mine)).sum())} c / " \
                f"{int((np.isfinite(mine) & ~np.isfinite(mapped)).sum())} P"
-        print(f"{name:28s} {theirs[base]['estimator']:38s} {label:12s} {judge:9s} "
+        print(f"{name:28s} {theirs[base]['estimator']:42s} {label:12s} {judge:9s} "
               f"{delta:11.2e} {int(both.sum()):3d} {only:>14s}")
 
 
