@@ -60,8 +60,11 @@ TORCH = "torch==2.13.0"  # the CPU build; installed first so Polygraph does not 
 SPEED_SCORERS = ("msp", "mean_logprob", "mean_entropy", "self_certainty", "mc_entropy",
                  "mc_entropy_normalized", "lexical_similarity", "eigv", "degree", "eccentricity")
 # Parity: rows of the table. Judge-dependent rows are compared once per judge.
-PLAIN = ("msp", "mean_logprob", "mean_entropy", "self_certainty", "mc_entropy",
-         "mc_entropy_normalized", "lexical_similarity", "token_sar", "sar", "p_true")
+PLAIN = ("msp", "mean_logprob", "mean_entropy", "self_certainty", "renyi_negentropy",
+         "fisher_rao", "mc_entropy", "mc_entropy_normalized", "lexical_similarity", "token_sar",
+         "sar", "p_true")
+# Scored with the generation prompt and the backend's extra forward passes.
+FORWARD = ("pmi", "cpmi", "rauq", "attention_score")
 JUDGED = ("eigv", "degree", "eccentricity", "kernel_language_entropy", "semantic_entropy",
           "semantic_entropy_weighted", "num_sets", "cocoa")
 JUDGES = ("exact", "embedding")
@@ -140,15 +143,28 @@ def _token_similarity(question: str, tokens: list[str]) -> list[float]:
     return (e[1:] @ e[0]).tolist()
 
 
+def _mapping(name: str, vocab: int):
+    """Polygraph's uncertainty U mapped to confide's confidence, per row (default c = -U)."""
+    return {
+        "p_true": ("exp(-U)", lambda u: np.exp(-u)),
+        # RenyiNeg 0.7 returns -H_alpha - log V: the divergence shifted by -2 log V, unnegated
+        "renyi_negentropy": ("U + 2 log V", lambda u: u + 2 * math.log(vocab)),
+        "fisher_rao": ("U", lambda u: u),  # a distance from uniform, returned unnegated
+        "rauq": ("1 - U", lambda u: 1 - u),
+    }.get(name, ("-U", lambda u: -u))
+
+
 def parity(args: argparse.Namespace, python: Path, folder: Path) -> None:
     from confide.scorers import SCORERS, ScoringContext, run_scorer  # first: registers scorers
     from confide.backends.base import GenerationSpec, item_seed
-    from confide.backends.hf import HFBackend
+    import torch
+
+    from confide.backends.hf import HFBackend, _divergences_from_uniform
     from confide.features import affinity, clusters
     from confide.grading import embed_texts
-    from confide.judges import make_judge, question_text
+    from confide.judges import make_judge
     from confide.records import Record
-    from confide.scorers.reflexive import p_true_prompt
+    from confide.scorers.reflexive import p_true_prompt, question_text
     from confide.tasks import load_task
 
     backend = HFBackend(args.model, dtype=args.parity_dtype, batch_size=8)
@@ -172,6 +188,12 @@ def parity(args: argparse.Namespace, python: Path, folder: Path) -> None:
     for judge, ctx in contexts.items():
         for name in JUDGED:
             ours[f"{name}@{judge}"] = [run_scorer(SCORERS[name], r, ctx)[0] for r in records]
+    # The forward-pass scorers, each record with its prompt; their passes are kept to feed
+    # Polygraph the same unconditioned log-probabilities and attention weights.
+    forward_ctx = [ScoringContext(backend=backend, options={"seed": 0, "prompt": prompt})
+                   for prompt in prompts]
+    for name in FORWARD:
+        ours[name] = [run_scorer(SCORERS[name], r, c)[0] for r, c in zip(records, forward_ctx)]
 
     # The same inputs, in Polygraph's statistics layout.
     items = []
@@ -185,6 +207,28 @@ def parity(args: argparse.Namespace, python: Path, folder: Path) -> None:
         same = Record(item=record.item, greedy=replace(g, token_kl_uniform=kl), samples=samples)
         ours.setdefault("self_certainty:reference", []).append(
             run_scorer(SCORERS["self_certainty"], same)[0])
+        # Like for like: confide's divergence columns from the same reference pass.
+        renyi, fisher = (t.double().numpy() for t in _divergences_from_uniform(
+            torch.from_numpy(full), math.log(full.shape[-1])))
+        same = replace(same, greedy=replace(same.greedy, token_renyi_uniform=renyi,
+                                            token_fisher_rao_uniform=fisher))
+        for name in ("renyi_negentropy", "fisher_rao"):
+            ours.setdefault(f"{name}:reference", []).append(run_scorer(SCORERS[name], same)[0])
+        # Like for like: Polygraph has no unconditioned probability for the first token.
+        unconditioned = forward_ctx[n].features.get((record.item.id, "unconditioned_logprobs"))
+        attention = forward_ctx[n].features.get((record.item.id, "attention_diagonals"))
+        if unconditioned is not None:
+            first_dropped = ScoringContext(backend=backend)
+            first_dropped.features[(record.item.id, "unconditioned_logprobs")] = \
+                np.concatenate([[0.0], unconditioned[1:]])
+            for name in ("pmi", "cpmi"):
+                ours.setdefault(f"{name}:first", []).append(
+                    run_scorer(SCORERS[name], record, first_dropped)[0])
+        else:
+            for name in ("pmi", "cpmi"):
+                ours.setdefault(f"{name}:first", []).append(math.nan)
+        if attention is not None:
+            np.save(folder / f"attention{n}.npy", attention[1])
         e = np.asarray(embed_texts([s.text for s in samples]), dtype=np.float64)
         answer = g.text
         p_true_logp = None
@@ -212,10 +256,19 @@ def parity(args: argparse.Namespace, python: Path, folder: Path) -> None:
                                         for s in samples],
             "sample_sentence_similarity": np.clip(e @ e.T, 0.0, 1.0).tolist(),
             "p_true_logp": p_true_logp,
+            "greedy_tokens": list(g.token_ids),
+            "unconditioned": None if unconditioned is None else unconditioned.tolist(),
+            "attention": None if attention is None else
+            {"prompt_length": attention[0], "diagonal": f"attention{n}.npy"},
             "judges": judged,
         })
     payload = folder / "parity_in.json"
-    payload.write_text(json.dumps({"judges": list(JUDGES), "items": items}))
+    cfg = backend.model.config
+    cfg = getattr(cfg, "text_config", cfg)
+    payload.write_text(json.dumps({
+        "judges": list(JUDGES), "items": items,
+        "model": {"num_hidden_layers": cfg.num_hidden_layers,
+                  "num_attention_heads": cfg.num_attention_heads}}))
     out = folder / "parity_out.json"
     seconds, _ = run_worker(python, "parity", payload, out)
     theirs = json.loads(out.read_text())
@@ -226,33 +279,42 @@ def parity(args: argparse.Namespace, python: Path, folder: Path) -> None:
     print(f"\nParity on identical generations: {len(items)} TriviaQA items, greedy + "
           f"{args.samples} samples, <= {args.max_new_tokens} tokens, "
           f"{backend.config()['dtype']} (Polygraph side: {seconds:.0f} s)")
-    print("Mapping: confide c = -U_polygraph, except P(True): c = exp(-U). "
+    print("Mapping: confide c = -U_polygraph unless the row says otherwise. "
           "max |delta| over items where both are finite;")
     print("'NaN only in' counts items where one side has no value. Judge columns: the "
           "similarity matrix and clusters both were fed.")
-    print(f"Self-certainty: Polygraph needs full distributions, taken from a teacher-forced "
-          f"reference pass over the greedy answer, whose log p differs from the decoding loop's by "
-          f"up to {drift:.1e}; the row below it gives confide the same pass's KL(U || p_t).\n")
-    header = f"{'confide':28s} {'Polygraph':38s} {'judge':9s} {'max |delta|':>11s} " \
-             f"{'n':>3s} {'NaN only in':>14s}"
+    print(f"Self-certainty, Renyi, Fisher-Rao: Polygraph needs full distributions, taken from "
+          f"a teacher-forced reference pass over the greedy answer, whose log p differs from the "
+          f"decoding loop's by up to {drift:.1e}; the row below each gives confide the same "
+          f"pass's statistics.")
+    print("PMI, CPMI: Polygraph has no unconditioned probability for the first token; the row "
+          "below each sets confide's to 0 (u_0 = 0). RAUQ, attention score: both fed the "
+          "attention weights of confide's pass.\n")
+    header = f"{'confide':28s} {'Polygraph':42s} {'mapping':12s} {'judge':9s} " \
+             f"{'max |delta|':>11s} {'n':>3s} {'NaN only in':>14s}"
     print(header)
     print("-" * len(header))
-    rows = [(name, name, "-") for name in PLAIN]
-    rows.insert(PLAIN.index("self_certainty") + 1,
-                ("  same reference pass", "self_certainty:reference", "-"))
+    rows = [(name, name, "-") for name in PLAIN + FORWARD]
+    for name, sub, label in [("self_certainty", "reference", "same reference pass"),
+                             ("renyi_negentropy", "reference", "same reference pass"),
+                             ("fisher_rao", "reference", "same reference pass"),
+                             ("pmi", "first", "with u_0 = 0"), ("cpmi", "first", "with u_0 = 0")]:
+        at = [r[0] for r in rows].index(name) + 1
+        rows.insert(at, (f"  {label}", f"{name}:{sub}", "-"))
     rows += [(name, f"{name}@{judge}", judge) for name in JUDGED for judge in JUDGES]
+    vocab = backend.model.config.vocab_size
     for name, key, judge in rows:
+        base = key.split(":")[0]
         mine = np.asarray(ours[key], dtype=float)
-        u = np.array([math.nan if v is None else v
-                      for v in theirs[key.split(":")[0]]["values"]])
-        mapped = np.exp(-u) if name == "p_true" else -u
+        u = np.array([math.nan if v is None else v for v in theirs[base]["values"]])
+        label, mapping = _mapping(base.split("@")[0], vocab)
+        mapped = mapping(u)
         both = np.isfinite(mine) & np.isfinite(mapped)
         delta = float(np.max(np.abs(mine[both] - mapped[both]))) if both.any() else math.nan
         only = f"{int((np.isfinite(mapped) & ~np.isfinite(mine)).sum())} c / " \
                f"{int((np.isfinite(mine) & ~np.isfinite(mapped)).sum())} P"
-        print(f"{name:28s} {theirs[key.split(':')[0]]['estimator']:38s} {judge:9s} "
-              f"{delta:11.2e} "
-              f"{int(both.sum()):3d} {only:>14s}")
+        print(f"{name:28s} {theirs[base]['estimator']:42s} {label:12s} {judge:9s} "
+              f"{delta:11.2e} {int(both.sum()):3d} {only:>14s}")
 
 
 # ----------------------------------------------------------------------------- speed

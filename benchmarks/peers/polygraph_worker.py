@@ -34,6 +34,12 @@ def _estimators() -> dict:
         "mean_logprob": (E.Perplexity(), "greedy"),
         "mean_entropy": (E.MeanTokenEntropy(), "greedy"),
         "self_certainty": (E.SelfCertainty(), "greedy"),
+        "renyi_negentropy": (E.RenyiNeg(), "greedy"),       # alpha 0.5, temperature 2
+        "fisher_rao": (E.FisherRao(), "greedy"),            # temperature 2
+        "pmi": (E.MeanPointwiseMutualInformation(), "greedy"),
+        "cpmi": (E.MeanConditionalPointwiseMutualInformation(), "greedy"),
+        "rauq": (E.RAUQ(instruct=True), "greedy"),          # alpha 0.5 (a chat model)
+        "attention_score": (E.AttentionScore(), "greedy"),  # whole sequence, middle layer
         "mc_entropy": (E.MonteCarloSequenceEntropy(), "samples"),
         "mc_entropy_normalized": (E.MonteCarloNormalizedSequenceEntropy(), "samples"),
         "lexical_similarity": (E.LexicalSimilarity("rougeL"), "samples"),
@@ -54,7 +60,35 @@ def _estimators() -> dict:
     }
 
 
-def _stats(item: dict, kind: str, judge: dict | None, folder: Path) -> dict:
+def _model(config: dict):
+    """What Polygraph's attention estimators read of the model: ``stats["model"].model.config``."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(**config)))
+
+
+def _attention_stats(item: dict, folder: Path) -> dict:
+    """confide's self-attention weights in Polygraph's two attention layouts.
+
+    ``attention_all`` (RAUQ): rows = layer x head, then (answer step j, answer token i) with
+    the weight the step choosing y_j gives y_{j-1} at [j, j - 1], the only entries RAUQ reads.
+    ``forwardpass_attention_weights`` (AttentionScore): (layers, heads, n, n) matrices over
+    prompt + answer whose diagonals, the only entries it reads, are confide's.
+    """
+    diagonal = np.load(folder / item["attention"]["diagonal"]).astype(np.float64)
+    p = item["attention"]["prompt_length"]
+    layers, heads, n = diagonal.shape
+    t = n - p
+    steps = np.zeros((layers * heads, t, t))
+    rows = diagonal.reshape(layers * heads, n)
+    for j in range(1, t):
+        steps[:, j, j - 1] = rows[:, p + j - 1]
+    full = np.zeros((layers, heads, n, n))
+    full[..., np.arange(n), np.arange(n)] = diagonal
+    return {"attention_all": [steps], "forwardpass_attention_weights": [full]}
+
+
+def _stats(item: dict, kind: str, judge: dict | None, folder: Path, model=None) -> dict:
     """One item's statistics dictionary (a batch of one) in Polygraph's layout."""
     s: dict = {
         "greedy_log_likelihoods": [np.asarray(item["greedy_log_likelihoods"], float)],
@@ -70,6 +104,12 @@ def _stats(item: dict, kind: str, judge: dict | None, folder: Path) -> dict:
     }
     if item.get("p_true_logp") is not None:
         s["p_true"] = [item["p_true_logp"]]
+    s["greedy_tokens"] = [item["greedy_tokens"]]
+    s["model"] = model
+    if item.get("unconditioned") is not None:
+        s["greedy_lm_log_likelihoods"] = [np.asarray(item["unconditioned"], float)]
+    if kind == "greedy" and item.get("attention"):
+        s.update(_attention_stats(item, folder))
     if kind == "greedy" and item.get("greedy_log_probs"):
         full = np.load(folder / item["greedy_log_probs"])
         s["greedy_log_probs"] = [list(full)]
@@ -100,6 +140,7 @@ def _stats(item: dict, kind: str, judge: dict | None, folder: Path) -> dict:
 def parity(inp: Path, out: Path) -> None:
     data = json.loads(inp.read_text())
     folder = inp.parent
+    model = _model(data["model"])
     result: dict = {}
     for name, (estimator, kind) in _estimators().items():
         judged = kind in ("affinity", "kle", "cluster_matrix", "classes", "greedy_affinity")
@@ -108,7 +149,8 @@ def parity(inp: Path, out: Path) -> None:
             values, errors = [], []
             for item in data["items"]:
                 try:
-                    stats = _stats(item, kind, item["judges"][judge] if judge else None, folder)
+                    stats = _stats(item, kind, item["judges"][judge] if judge else None, folder,
+                                   model)
                     value = float(np.asarray(estimator(stats), dtype=float).ravel()[0])
                     values.append(value if math.isfinite(value) else None)
                     errors.append(None if math.isfinite(value) else f"non-finite {value}")

@@ -115,7 +115,10 @@ class Pipeline:
                  seeds: list[int]) -> list[GenerationResult]:
         """Render ``items`` with ``task``'s prompt format and generate, one result per item."""
         prompts = [task.render(it, chat=self.backend.has_chat_template) for it in items]
-        return self.backend.generate(prompts, spec, seeds)
+        results = self.backend.generate(prompts, spec, seeds)
+        for result, prompt in zip(results, prompts, strict=True):
+            result.prompt = prompt
+        return results
 
     def complete(self, item: Item, result: GenerationResult, *, seconds: float = 0.0,
                  seed: int | None = None) -> Record:
@@ -130,7 +133,8 @@ class Pipeline:
         record = Record(item=item, greedy=result.greedy, samples=result.samples,
                         seconds=seconds)
         ctx = ScoringContext(backend=self.backend, judge=self.judge,
-                             options={"seed": self.seed if seed is None else seed})
+                             options={"seed": self.seed if seed is None else seed,
+                                      "prompt": result.prompt})
         score_record(record, self.scorers, ctx)
         if self.grader is not None:
             grade_record(record, self.grader, self.backend)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Generation", "Item", "Message", "Record"]
+__all__ = ["DIVERGENCE_TEMPERATURE", "Generation", "Item", "Message", "RENYI_ALPHA", "Record"]
 
 Message = dict[str, str]  # {"role": ..., "content": ...}
 
@@ -63,17 +63,33 @@ class Item:
                    metadata=dict(d.get("metadata", {})))
 
 
-_ARRAY_FIELDS = ("token_logprobs", "token_entropies", "token_kl_uniform", "top_logprobs")
+# The per-step divergences from uniform of the ``token_renyi_uniform`` and
+# ``token_fisher_rao_uniform`` columns are taken at this temperature (and Rényi order), the
+# values of the RAINPROOF scorers (Darrin et al., 2023) that LM-Polygraph also uses.
+DIVERGENCE_TEMPERATURE = 2.0
+RENYI_ALPHA = 0.5
+
+_ARRAY_FIELDS = ("token_logprobs", "token_entropies", "token_kl_uniform", "token_renyi_uniform",
+                 "token_fisher_rao_uniform", "top_logprobs")
 
 
 @dataclass
 class Generation:
-    """One model output with the token statistics the backend could give.
+    r"""One model output with the token statistics the backend could give.
 
     Per answer token ``t`` (the terminating end-of-sequence token is not part of
     the answer): ``token_logprobs[t] = log p_t(y_t)``, ``token_entropies[t] =
     H(p_t)``, ``token_kl_uniform[t] = KL(U || p_t)``, ``top_logprobs[t, j]`` and
-    ``top_tokens[t][j]`` the j-th most likely alternatives. All are computed
+    ``top_tokens[t][j]`` the j-th most likely alternatives. Two more columns
+    compare the tempered distribution :math:`q_t \propto p_t^{1/\tau}`
+    (:math:`\tau` = :data:`DIVERGENCE_TEMPERATURE` = 2) with the uniform
+    :math:`U` over the :math:`V` vocabulary entries:
+    ``token_renyi_uniform[t]`` :math:`= D_\alpha(q_t \| U) = \log V +
+    \frac{1}{\alpha - 1}\log\sum_v q_t(v)^\alpha` with :math:`\alpha` =
+    :data:`RENYI_ALPHA` = 1/2, and ``token_fisher_rao_uniform[t]`` :math:`=
+    \frac{2}{\pi}\arccos\sum_v \sqrt{q_t(v)/V}` (the Fisher–Rao distance
+    divided by its maximum :math:`\pi`); both are 0 for a uniform
+    :math:`p_t` and grow as it peaks. All are computed
     from the next-token distribution produced while generating. A statistic
     the backend cannot give is ``None``. ``hidden`` maps ``"layer:pool"``
     (pool is ``last`` or ``mean``) to a float16 vector.
@@ -85,6 +101,8 @@ class Generation:
     token_logprobs: np.ndarray | None = None
     token_entropies: np.ndarray | None = None
     token_kl_uniform: np.ndarray | None = None
+    token_renyi_uniform: np.ndarray | None = None
+    token_fisher_rao_uniform: np.ndarray | None = None
     top_logprobs: np.ndarray | None = None
     top_tokens: list[list[str]] | None = None
     finish_reason: str = "stop"

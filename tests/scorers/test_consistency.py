@@ -14,7 +14,8 @@ from confide.scorers.consistency import EIGENSCORE_ALPHA, eigenscore_key
 from confide.scorers.semantic import SAR_TEMPERATURE
 
 SAMPLED = ["cocoa", "cocoa_ppl", "cocoa_mte", "semantic_density", "sentence_sar",
-           "cosine_consistency", "consistency_confidence", "label_prob", "eigenscore"]
+           "cosine_consistency", "consistency_confidence", "label_prob", "eigenscore",
+           "bertscore_consistency"]
 
 
 def gen(text: str, logprobs=(-0.5,), entropies=None, hidden=None) -> Generation:
@@ -202,3 +203,27 @@ def test_sampled_scorers_on_the_real_model(hf_model):
     for name in SAMPLED:
         value, reason = run_scorer(SCORERS[name], r, ctx)
         assert math.isfinite(value), (name, reason)
+
+
+def test_bertscore_f1_hand_computed():
+    from confide.scorers.consistency import bertscore_f1
+
+    a = np.array([[1.0, 0.0], [0.6, 0.8]])
+    b = np.array([[0.0, 1.0]])
+    # P = (0 + 0.8) / 2 = 0.4, R = max(0, 0.8) = 0.8
+    assert bertscore_f1(a, b) == pytest.approx(2 * 0.4 * 0.8 / 1.2)
+    assert bertscore_f1(a, np.zeros((0, 2))) == 0.0
+
+
+def test_bertscore_consistency_on_minilm_tokens():
+    from confide.scorers.consistency import bertscore_f1
+    from confide.text.embeddings import embed_tokens
+
+    r = record([gen("Paris"), gen("Paris, France"), gen("Lyon"), gen("")])
+    value = score("bertscore_consistency", r)
+    e = embed_tokens(["Paris", "Paris, France", "Lyon"])
+    expected = (1.0 + bertscore_f1(e[0], e[1]) + bertscore_f1(e[0], e[2]) + 0.0) / 4
+    assert value == pytest.approx(expected)
+    # sharing the key word counts more than a different city
+    assert bertscore_f1(e[0], e[1]) > bertscore_f1(e[0], e[2])
+    assert score("bertscore_consistency", record([gen("Paris")] * 3)) == pytest.approx(1.0)

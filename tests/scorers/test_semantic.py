@@ -336,3 +336,35 @@ def test_real_model_run_with_three_samples(hf_model, tmp_path):
         assert any(r.scores["agreement"] == pytest.approx(v) for v in (0, 1 / 3, 2 / 3, 1))
         assert -math.log(3) - 1e-9 <= r.scores["semantic_entropy"] <= 0
     assert run.config["judge"] is None  # the task's default judge (exact for triviaqa)
+
+
+def test_word_units_split_words_and_punctuation_within_token_bounds():
+    from confide.scorers.semantic import word_units
+
+    assert word_units([" 1", ",", "000", " km"]) == [[0], [1], [2], [3]]
+    assert word_units(["Shakes", "peare", "'s"]) == [[0, 1], [2]]
+    assert word_units(["\n", "Paris"]) == [[0], [1]]
+
+
+def test_mars_hand_computed():
+    from confide.scorers.semantic import MARS_TEMPERATURE, mars_value
+
+    ell = np.log([0.5, 0.9, 0.6])
+    units, importance = [[0, 1], [2]], np.array([0.1, 0.4])  # scaled to (0.25, 1)
+    w = np.exp(np.array([0.25, 1.0]) / MARS_TEMPERATURE)
+    w /= w.sum()
+    unit_lp = np.array([np.mean(ell[:2]), ell[2]])
+    assert mars_value(ell, units, importance) == pytest.approx(0.5 * w @ unit_lp
+                                                               + 0.5 * ell.mean())
+    # no unit matters: uniform weights over units
+    assert mars_value(ell, units, np.zeros(2)) == pytest.approx(0.5 * unit_lp.mean()
+                                                                + 0.5 * ell.mean())
+
+
+def test_mars_weighs_a_doubtful_key_word_more_than_a_doubtful_filler():
+    tokens = ["The", " capital", " is", " Paris"]
+    key = gen("The capital is Paris", np.log([0.9, 0.9, 0.9, 0.2]), tokens)
+    filler = gen("The capital is Paris", np.log([0.9, 0.9, 0.2, 0.9]), tokens)
+    # the same length-normalised likelihood, but the doubt sits on the answer in `key`
+    assert np.mean(key.token_logprobs) == pytest.approx(np.mean(filler.token_logprobs))
+    assert score("mars", record([], greedy=key)) < score("mars", record([], greedy=filler))

@@ -118,3 +118,25 @@ def test_hf_statistics_survive_a_minus_inf_logit(hf_model):
                                Record(item=Item("x", "q"), greedy=gen))
     assert math.isnan(value) and "not finite" in reason
     assert run_scorer(SCORERS["mean_entropy"], Record(item=Item("x", "q"), greedy=gen))[1] is None
+
+
+def test_renyi_negentropy_and_fisher_rao_are_means_of_their_columns():
+    r = make_record(LOGP, ENT, KL)
+    r.greedy.token_renyi_uniform = np.array([0.5, 1.5, 4.0], dtype=np.float32)
+    r.greedy.token_fisher_rao_uniform = np.array([0.2, 0.4, 0.9], dtype=np.float32)
+    assert run_scorer(SCORERS["renyi_negentropy"], r)[0] == pytest.approx(2.0)
+    assert run_scorer(SCORERS["fisher_rao"], r)[0] == pytest.approx(0.5)
+
+
+def test_divergences_from_uniform_rank_a_peaked_answer_above_a_flat_one(hf_model):
+    """On real generations: the higher the divergences, the lower the entropy."""
+    from confide.backends.base import GenerationSpec
+
+    prompts = ["The capital of France is", "My favourite word is"]
+    gens = [r.greedy for r in hf_model.generate(prompts, GenerationSpec(max_new_tokens=6),
+                                                [0, 0])]
+    for g in gens:
+        order = np.argsort(g.token_entropies)
+        # the most peaked step is the furthest from uniform by both measures
+        assert g.token_renyi_uniform[order[0]] >= g.token_renyi_uniform[order[-1]]
+        assert g.token_fisher_rao_uniform[order[0]] >= g.token_fisher_rao_uniform[order[-1]]

@@ -59,11 +59,14 @@ class GenerationResult:
     A backend that could not produce a prompt's answers (an HTTP backend after
     all retries) returns ``greedy=None`` with ``error`` saying why; the runner
     records the failure and a resumed run retries the item.
+    ``prompt`` is the rendered prompt, which scorers that run the model
+    again over prompt + answer (``rauq``, ``attention_score``) read.
     """
 
     greedy: Generation | None
     samples: list[Generation] = field(default_factory=list)
     error: str | None = None
+    prompt: Prompt | None = None  # what the answers were generated from (set by the pipeline)
 
 
 @runtime_checkable

@@ -5,7 +5,8 @@ We run our own decoding loop over the model's KV cache instead of
 ``model.generate``, for four reasons:
 
 - each step's logits are reduced at once to the statistics scorers need
-  (chosen-token log-probability, entropy, KL from uniform, top-k alternatives)
+  (chosen-token log-probability, entropy, KL, Rényi and Fisher–Rao divergences
+  from uniform, top-k alternatives)
   and then dropped, so memory stays flat even for 262k-token vocabularies and
   no second forward pass over the answer is ever needed;
 - those logits come from a float32 output projection whatever the model's
@@ -38,7 +39,7 @@ import torch
 from confide.backends.base import GenerationResult, GenerationSpec, Prompt
 from confide.backends.models import DEFAULT_MODEL, cache_dir, resolve_model
 from confide.errors import InvalidInputError, ModelLoadError
-from confide.records import Generation
+from confide.records import DIVERGENCE_TEMPERATURE, RENYI_ALPHA, Generation
 
 __all__ = ["HFBackend", "choose_dtype"]
 
@@ -153,7 +154,9 @@ class HFBackend:
 
     name = "hf"
     capabilities = frozenset({"token_logprobs", "token_entropies", "token_kl_uniform",
-                              "top_logprobs", "samples", "hidden_states", "extra_prompt"})
+                              "token_renyi_uniform", "token_fisher_rao_uniform",
+                              "top_logprobs", "samples", "hidden_states", "extra_prompt",
+                              "unconditioned_logprobs", "attentions"})
 
     def __init__(self, model: str = DEFAULT_MODEL, *, device: str | None = None,
                  batch_size: int = 8, max_rows: int | None = None,
@@ -408,6 +411,90 @@ class HFBackend:
             out[start:start + len(chunk)] = logp.cpu().numpy()
         return out
 
+    # -- the answer scored again -----------------------------------------------
+
+    def neutral_prompt(self) -> list[int]:
+        """Token ids of a prompt without a question, for scoring an answer unconditioned.
+
+        A chat model: its chat template around one empty user message (with
+        the generation prompt and any default system message of the
+        template), so the answer still sits in the assistant's turn. A plain
+        model: its beginning-of-sequence token, or the end-of-sequence token
+        (the document separator) for a tokenizer without one.
+        """
+        if self.has_chat_template:
+            return self.encode([{"role": "user", "content": ""}])
+        ids = self.encode("")
+        if ids:
+            return ids
+        start = self.tokenizer.bos_token_id
+        return [int(start) if start is not None else next(iter(sorted(self._eos_ids)))]
+
+    @torch.inference_mode()
+    def unconditioned_logprobs(self, answers: list[list[int]]) -> list[np.ndarray]:
+        r"""Log-probability of each answer token without the question.
+
+        .. math:: u_t = \log p(y_t \mid n, y_{<t})
+
+        :math:`n` is :meth:`neutral_prompt`. One teacher-forced forward pass
+        per batch of ``batch_size`` answers (left-padded), float32 logits, no
+        cache kept. Returns one float64 array of length ``len(answer)`` per
+        answer, in order.
+        """
+        neutral = self.neutral_prompt()
+        out: list[np.ndarray] = []
+        for start in range(0, len(answers), self.batch_size):
+            chunk = [list(a) for a in answers[start:start + self.batch_size]]
+            input_ids, mask, positions = self._left_padded([neutral + a for a in chunk])
+            hidden = self._decoder(input_ids=input_ids, attention_mask=mask,
+                                   position_ids=positions, use_cache=False).last_hidden_state
+            width = input_ids.shape[1]
+            for b, answer in enumerate(chunk):
+                n = len(answer)
+                logp = torch.log_softmax(self.float32_logits(hidden[b, width - n - 1:width - 1]),
+                                         dim=-1)
+                index = torch.tensor(answer, dtype=torch.long, device=self.device)[:, None]
+                out.append(logp.gather(-1, index).squeeze(-1).double().cpu().numpy())
+        return out
+
+    @torch.inference_mode()
+    def attention_diagonals(self, prompts: list[Prompt], answers: list[list[int]]
+                            ) -> list[tuple[int, np.ndarray]]:
+        r"""Each position's attention to itself, per layer and head, over prompt + answer.
+
+        .. math:: d_{l,h,i} = A^{(l,h)}_{i,i}, \qquad
+                  A^{(l,h)} = \mathrm{softmax}\big(Q K^\top/\sqrt{d} + M\big)
+
+        from one teacher-forced forward pass over the prompt's tokens
+        followed by the answer's. Returns, per (prompt, answer), the prompt's
+        length :math:`p` and a float32 array of shape (layers, heads,
+        :math:`p + T`). In the decoding loop the step that chose answer token
+        :math:`y_j` ran its query at position :math:`p + j - 1` (the token
+        :math:`y_{j-1}`), so :math:`d_{l,h,p+j-1}` is the weight that step gave
+        the token just generated.
+
+        Attention weights need the eager attention kernel: the model is
+        switched to it for this pass alone and back afterwards, so the
+        decoding loop keeps its faster kernel; a ``generate`` running at the
+        same time in another thread would decode those steps with the eager
+        kernel (the same numbers to rounding). One sequence per pass: all
+        layers' :math:`(p+T)^2` weights are held at once.
+        """
+        previous = self.model.config._attn_implementation
+        out: list[tuple[int, np.ndarray]] = []
+        self.model.set_attn_implementation("eager")
+        try:
+            for prompt, answer in zip(prompts, answers, strict=True):
+                prompt_ids = self.encode(prompt)
+                ids = torch.tensor([prompt_ids + list(answer)], device=self.device)
+                attentions = self._decoder(input_ids=ids, use_cache=False,
+                                           output_attentions=True).attentions
+                diagonal = torch.stack([a[0].diagonal(dim1=-2, dim2=-1) for a in attentions])
+                out.append((len(prompt_ids), diagonal.float().cpu().numpy()))
+        finally:
+            self.model.set_attn_implementation(previous)
+        return out
+
     # -- generation ------------------------------------------------------------
 
     def generate(self, prompts: list[Prompt], spec: GenerationSpec,
@@ -465,8 +552,9 @@ class HFBackend:
         logits, mask, positions = logits[owner], mask[owner], positions[owner, -1:]
 
         n_rows, steps, k = len(rows), spec.max_new_tokens, spec.top_k_alternatives
-        # Per row and step, written at the rows still decoding: chosen log p, entropy, KL(U||p).
-        stats = torch.zeros((n_rows, steps, 3), device=self.device)
+        # Per row and step, written at the rows still decoding: chosen log p, entropy, KL(U||p),
+        # Rényi divergence and Fisher-Rao distance of the tempered distribution to uniform.
+        stats = torch.zeros((n_rows, steps, 5), device=self.device)
         top_lp = torch.zeros((n_rows, steps, k), device=self.device)
         top_ids = torch.zeros((n_rows, steps, k), dtype=torch.long, device=self.device)
         hidden = (torch.zeros((n_rows, steps, len(spec.hidden_layers),
@@ -485,7 +573,8 @@ class HFBackend:
             stats[alive_t, step] = torch.stack(
                 [logp.gather(-1, chosen[:, None]).squeeze(-1),
                  torch.special.entr(logp.exp()).sum(-1),  # 0 log 0 = 0 for -inf logits
-                 -log_vocab - logp.mean(-1)], dim=-1)
+                 -log_vocab - logp.mean(-1), *_divergences_from_uniform(logits, log_vocab)],
+                dim=-1)
             if k:
                 values, indices = logp.topk(k, dim=-1)
                 top_lp[alive_t, step], top_ids[alive_t, step] = values, indices
@@ -572,6 +661,8 @@ class HFBackend:
             token_logprobs=stats[:n, 0].astype(np.float32),
             token_entropies=stats[:n, 1].astype(np.float32),
             token_kl_uniform=stats[:n, 2].astype(np.float32),
+            token_renyi_uniform=stats[:n, 3].astype(np.float32),
+            token_fisher_rao_uniform=stats[:n, 4].astype(np.float32),
             finish_reason=row.finish,
         )
         if spec.top_k_alternatives:
@@ -583,6 +674,29 @@ class HFBackend:
                 gen.hidden[f"{layer}:last"] = hidden[n - 1, j].astype(np.float16)
                 gen.hidden[f"{layer}:mean"] = hidden[:n, j].mean(0).astype(np.float16)
         return gen
+
+
+def _divergences_from_uniform(logits: torch.Tensor, log_vocab: float
+                              ) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Rényi divergence and scaled Fisher–Rao distance from uniform of each row's tempered
+    next-token distribution (the ``token_renyi_uniform`` and ``token_fisher_rao_uniform``
+    columns of :class:`~confide.records.Generation`).
+
+    With :math:`q \propto e^{z/\tau}` and :math:`S = \log\sum_v q(v)^\alpha =
+    \mathrm{lse}(\alpha z/\tau) - \alpha\,\mathrm{lse}(z/\tau)`:
+    :math:`D_\alpha(q\|U) = \log V + S/(\alpha - 1)` and, with :math:`\alpha = 1/2`
+    (then :math:`S` is the log of the Bhattacharyya sum),
+    :math:`\sum_v\sqrt{q(v)/V} = e^{S - \frac12\log V}`. Log-sum-exps over
+    the logits; nothing of vocabulary size is kept.
+    """
+    scaled = logits / DIVERGENCE_TEMPERATURE
+    full = torch.logsumexp(scaled, -1)
+    half = torch.logsumexp(0.5 * scaled, -1) - 0.5 * full  # log sum_v sqrt(q(v))
+    s = half if RENYI_ALPHA == 0.5 else \
+        torch.logsumexp(RENYI_ALPHA * scaled, -1) - RENYI_ALPHA * full
+    renyi = log_vocab + s / (RENYI_ALPHA - 1.0)
+    overlap = torch.exp(half - 0.5 * log_vocab).clamp(max=1.0)  # Bhattacharyya coefficient
+    return renyi, torch.arccos(overlap) * (2.0 / math.pi)
 
 
 def _select_rows(cache: Any, index: torch.Tensor) -> None:

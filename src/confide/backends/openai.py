@@ -11,9 +11,12 @@ neighbours.
 What the server gives decides :attr:`OpenAIBackend.capabilities`:
 ``token_logprobs`` and ``top_logprobs`` when it returns log-probabilities
 (found by one small probe request unless ``logprobs`` is set), never
-``token_entropies`` or ``token_kl_uniform``: an API's top-k alternatives are
-not the full next-token distribution. The runner skips scorers that need more
-and stores which and why.
+``token_entropies``, ``token_kl_uniform``, ``token_renyi_uniform`` or
+``token_fisher_rao_uniform``: an API's top-k alternatives are not the full
+next-token distribution; nor ``unconditioned_logprobs`` or ``attentions``
+(``pmi``, ``cpmi``, ``rauq``, ``attention_score``): the protocol cannot score
+given tokens or return attention weights. The runner skips scorers that need
+more and stores which and why.
 
 Requests run concurrently up to ``concurrency``, each with a ``timeout``.
 Timeouts, connection errors, 5xx answers, 429 answers (waiting what

@@ -38,11 +38,15 @@ class Need(str, Enum):
     TOKEN_LOGPROBS = "token_logprobs"      # log p of each chosen token
     TOKEN_ENTROPIES = "token_entropies"    # entropy of the full next-token distribution
     FULL_DISTRIBUTION = "token_kl_uniform"  # statistics needing every logit (self-certainty)
+    RENYI_UNIFORM = "token_renyi_uniform"  # every logit: Rényi divergence to uniform
+    FISHER_RAO_UNIFORM = "token_fisher_rao_uniform"  # every logit: Fisher-Rao distance
     TOP_LOGPROBS = "top_logprobs"          # top-k alternatives
     SAMPLES = "samples"                    # k sampled answers
     HIDDEN_STATES = "hidden_states"        # pooled hidden states
     EXTRA_PROMPT = "extra_prompt"          # asks the model a second question
     TRAINING = "training"                  # must be fitted on graded records first
+    UNCONDITIONED = "unconditioned_logprobs"  # the answer scored again without the question
+    ATTENTIONS = "attentions"              # attention weights of a pass over prompt + answer
 
 
 class Cost(str, Enum):

@@ -28,7 +28,7 @@ from confide.records import Generation, Record
 from confide.scorers.base import Cost, Need, ScoringContext, scorer
 from confide.scorers.semantic import SAR_TEMPERATURE
 
-__all__ = ["EIGENSCORE_ALPHA", "cocoa_confidence", "eigenscore_key"]
+__all__ = ["EIGENSCORE_ALPHA", "bertscore_f1", "cocoa_confidence", "eigenscore_key"]
 
 DEFAULT_SAMPLES = 10
 EIGENSCORE_ALPHA = 1e-3  # Chen et al. (2024): ridge added to the samples' covariance
@@ -248,6 +248,65 @@ def cosine_consistency(record: Record, ctx: ScoringContext) -> float:
     similarity = 0.5 + np.clip(e[1:] @ e[0], -1.0, 1.0) / 2.0
     empty = np.array([not s.text.strip() for s in samples])
     return float(np.mean(np.where(empty, 0.0, similarity)))
+
+
+def bertscore_f1(candidate: np.ndarray, reference: np.ndarray) -> float:
+    r"""BERTScore F1 of two texts from their unit-norm token embeddings (rows).
+
+    .. math::
+        P = \frac{1}{|a|}\sum_{i \in a}\max_{j \in b} a_i^\top b_j, \quad
+        R = \frac{1}{|b|}\sum_{j \in b}\max_{i \in a} a_i^\top b_j, \quad
+        F_1 = \frac{2PR}{P + R}
+
+    Greedy matching without idf weights or baseline rescaling (BERTScore's
+    defaults, as UQLM calls it). 0 when either text has no token or
+    :math:`P + R \le 0`.
+
+    >>> a = np.array([[1.0, 0.0], [0.0, 1.0]]); b = np.array([[1.0, 0.0]])
+    >>> round(bertscore_f1(a, b), 6)  # P = (1 + 0) / 2, R = 1
+    0.666667
+    """
+    if len(candidate) == 0 or len(reference) == 0:
+        return 0.0
+    sim = np.asarray(candidate, dtype=np.float64) @ np.asarray(reference, dtype=np.float64).T
+    precision, recall = float(sim.max(axis=1).mean()), float(sim.max(axis=0).mean())
+    if precision + recall <= 0:
+        return 0.0
+    return 2 * precision * recall / (precision + recall)
+
+
+@scorer("bertscore_consistency", needs={Need.SAMPLES}, cost=Cost.MODEL_CALLS,
+        n_samples=DEFAULT_SAMPLES)
+def bertscore_consistency(record: Record, ctx: ScoringContext) -> float:
+    r"""Mean BERTScore F1 between the greedy answer and each sample, on MiniLM token embeddings.
+
+    .. math:: c = \frac{1}{k}\sum_{i=1}^{k} F_1\big(y^*, s_i\big)
+
+    with :math:`F_1` from :func:`bertscore_f1` on the contextual word-piece
+    embeddings of all-MiniLM-L6-v2 (:func:`~confide.text.embeddings.embed_tokens`).
+    An empty sample is no answer and scores 0. Where ``cosine_consistency``
+    compares whole-answer embeddings, this matches each word piece to its
+    closest counterpart, so a shared key word counts even in answers of
+    different shape.
+
+    UQLM's ``bert_score`` is the same mean of F1 but through the
+    ``bert_score`` package's default English model (roberta-large, layer
+    17), not available offline; MiniLM's last layer is used here, so values
+    are on another scale (MiniLM's piece cosines run higher) and the two are
+    not expected to be equal.
+
+    References: [1] Bouchard & Chauhan, 2025, UQLM, TMLR (BERTScore
+    consistency); [2] Zhang et al., 2020, "BERTScore: Evaluating Text
+    Generation with BERT", ICLR; [3] Manakul et al., 2023, "SelfCheckGPT",
+    EMNLP (SelfCheckGPT-BERTScore).
+    """
+    from confide.text.embeddings import embed_tokens
+
+    samples = require_samples(record)
+    _require_answer(record)
+    greedy, *rest = embed_tokens(answers(record))
+    return float(np.mean([0.0 if not s.text.strip() else bertscore_f1(greedy, e)
+                          for s, e in zip(samples, rest)]))
 
 
 @scorer("consistency_confidence", needs={Need.SAMPLES, Need.TOKEN_LOGPROBS},

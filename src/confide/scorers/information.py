@@ -8,8 +8,10 @@ so they cost nothing beyond the generation; ``ccp`` also asks the run's judge
 whether each alternative means the same as the chosen token.
 
 Methods that need the *whole* distribution at every step (Rényi and
-Fisher–Rao divergence to uniform at temperature 2, as LM-Polygraph computes
-them) cannot be computed from the top-k alone and are not registered.
+Fisher–Rao divergence to uniform at temperature 2) cannot be computed from the
+top-k alone: the ``hf`` backend computes their per-step columns while
+generating, and ``renyi_negentropy`` and ``fisher_rao`` in
+:mod:`confide.scorers.whitebox` read them.
 """
 
 from __future__ import annotations

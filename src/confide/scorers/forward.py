@@ -1,0 +1,322 @@
+r"""White-box scorers that need one more forward pass of the model over the greedy answer.
+
+The decoding loop keeps what every step's distribution says about the answer
+(:mod:`confide.scorers.whitebox`); these scorers need what it does not keep,
+so they ask the backend for one teacher-forced pass over the answer when they
+are chosen, and never otherwise:
+
+* ``pmi``, ``cpmi``: the answer's tokens scored **without the question**
+  (:meth:`HFBackend.unconditioned_logprobs
+  <confide.backends.hf.HFBackend.unconditioned_logprobs>`, need
+  ``unconditioned_logprobs``);
+* ``rauq``, ``attention_score``: **attention weights** over prompt + answer
+  (:meth:`HFBackend.attention_diagonals
+  <confide.backends.hf.HFBackend.attention_diagonals>`, need ``attentions``).
+
+Backends that cannot give these (an OpenAI-compatible server) do not declare
+the capability, and the runner skips the scorers with that reason.
+
+Notation: answer tokens :math:`y_0..y_{T-1}` after a prompt :math:`x` of
+:math:`p` tokens; :math:`\ell_t = \log p(y_t \mid x, y_{<t})` (stored while
+generating), :math:`u_t = \log p(y_t \mid n, y_{<t})` with :math:`n` the
+backend's neutral prompt, :math:`H_t` the entropy of step :math:`t`, and
+:math:`A^{(l,h)}` the attention matrix of layer :math:`l`, head :math:`h` of a
+pass over :math:`x \oplus y`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from confide.backends.base import Prompt
+from confide.errors import CannotScore
+from confide.records import Record
+from confide.scorers.base import Cost, Need, ScoringContext, scorer
+from confide.scorers.whitebox import token_statistic
+
+__all__ = ["ATTENTION_EPSILON", "CPMI_LAMBDA", "CPMI_TAU", "RAUQ_ALPHA_BASE", "RAUQ_ALPHA_CHAT",
+           "attention_score_value", "cpmi_value", "pmi_value", "rauq_value"]
+
+CPMI_TAU = 0.0656     # entropy threshold (nats) of van der Poel et al. (2022), as LM-Polygraph
+CPMI_LAMBDA = 3.599   # weight of the unconditioned term, same source
+RAUQ_ALPHA_CHAT = 0.5  # RAUQ's alpha for instruction-tuned models (Vazhentsev et al., 2025)
+RAUQ_ALPHA_BASE = 0.2  # and for base models
+ATTENTION_EPSILON = 1e-12  # added before the log (LM-Polygraph's value); weights are > 0
+
+
+def _backend_with(ctx: ScoringContext, method: str) -> Any:
+    backend = ctx.backend
+    if backend is None or not callable(getattr(backend, method, None)):
+        raise CannotScore(f"the backend cannot give {method.replace('_', ' ')}")
+    return backend
+
+
+# ---------------------------------------------------------------------------
+# pointwise mutual information
+
+
+def _unconditioned(record: Record, ctx: ScoringContext) -> np.ndarray:
+    """:math:`u_t` of the greedy answer, computed once per record and shared."""
+    ids = list(record.greedy.token_ids)
+    if not ids:
+        raise CannotScore("empty answer: no tokens to score")
+
+    def compute() -> np.ndarray:
+        backend = _backend_with(ctx, "unconditioned_logprobs")
+        return np.asarray(backend.unconditioned_logprobs([ids])[0], dtype=np.float64)
+
+    u: np.ndarray = ctx.cached(record, "unconditioned_logprobs", compute)
+    if u.shape != (len(ids),):
+        raise CannotScore("unconditioned log-probabilities and answer tokens differ in length")
+    if not np.isfinite(u).all():
+        raise CannotScore("an answer token has probability 0 without the question")
+    return u
+
+
+def pmi_value(logprobs: np.ndarray, unconditioned: np.ndarray) -> float:
+    r"""Mean pointwise mutual information between the question and each answer token.
+
+    .. math:: c = \frac{1}{T}\sum_{t=0}^{T-1} \big(\ell_t - u_t\big)
+
+    >>> round(pmi_value(np.log([0.5, 0.8]), np.log([0.25, 0.8])), 6)  # (log 2 + 0) / 2
+    0.346574
+    """
+    return float(np.mean(np.asarray(logprobs, float) - np.asarray(unconditioned, float)))
+
+
+def cpmi_value(logprobs: np.ndarray, unconditioned: np.ndarray, entropies: np.ndarray, *,
+               tau: float = CPMI_TAU, lam: float = CPMI_LAMBDA) -> float:
+    r"""Mean conditional PMI: the unconditioned term counts only at uncertain steps.
+
+    .. math:: c = \frac{1}{T}\sum_{t=0}^{T-1}
+              \big(\ell_t - \lambda\,\mathbb 1[H_t \ge \tau]\,u_t\big)
+
+    >>> round(cpmi_value(np.log([0.5, 0.8]), np.log([0.25, 0.4]), [1.0, 0.01], lam=1.0), 6)
+    0.235002
+    """
+    ell = np.asarray(logprobs, float)
+    gate = np.asarray(entropies, float) >= tau
+    return float(np.mean(ell - lam * np.where(gate, np.asarray(unconditioned, float), 0.0)))
+
+
+_PMI_NEEDS = {Need.TOKEN_LOGPROBS, Need.UNCONDITIONED}
+
+
+@scorer("pmi", needs=_PMI_NEEDS, cost=Cost.MODEL_CALLS)
+def pmi(record: Record, ctx: ScoringContext) -> float:
+    r"""Mean pointwise mutual information of the greedy answer's tokens with the question.
+
+    .. math:: c = \frac{1}{T}\sum_{t=0}^{T-1}
+              \big(\log p(y_t \mid x, y_{<t}) - \log p(y_t \mid n, y_{<t})\big)
+
+    How much the question raised each token's probability: an answer the
+    model would give to no question at all scores low. :math:`n` is the
+    backend's neutral prompt (a chat model's template around an empty user
+    message; a plain model's start token), so every token, the first
+    included, has an unconditioned probability. Cost: one forward pass over
+    neutral prompt + answer per record.
+
+    LM-Polygraph's ``MeanPointwiseMutualInformation`` returns :math:`-c`
+    with the first token's unconditioned term left out (it scores the
+    answer with no prompt at all, so the first token has no context); its
+    ``greedy_lm_log_likelihoods`` calculator also reads each token's
+    probability one position late (``logprobs[-T + j, y_j]``, the
+    distribution that predicts :math:`y_{j+1}`). Fed the same :math:`u_t`
+    with :math:`u_0 = 0`, its value equals ours
+    (``benchmarks/peers/polygraph.py``).
+
+    References: [1] Takayama & Arase, 2019, "Relevant and Informative
+    Response Generation using Pointwise Mutual Information", NLP4ConvAI
+    workshop (PMI); [2] Fadeeva et al., 2023, LM-Polygraph, EMNLP demo.
+    """
+    return pmi_value(token_statistic(record.greedy, "token_logprobs"), _unconditioned(record, ctx))
+
+
+@scorer("cpmi", needs=_PMI_NEEDS | {Need.TOKEN_ENTROPIES}, cost=Cost.MODEL_CALLS)
+def cpmi(record: Record, ctx: ScoringContext) -> float:
+    r"""Mean conditional PMI: the unconditioned term subtracted only at uncertain steps.
+
+    .. math:: c = \frac{1}{T}\sum_{t=0}^{T-1}
+              \big(\ell_t - \lambda\,\mathbb 1[H_t \ge \tau]\, u_t\big),
+              \qquad \tau = 0.0656,\ \lambda = 3.599
+
+    Where the model is sure (:math:`H_t < \tau`) the token's likelihood
+    counts alone; where it hesitates, a token that is likely whatever the
+    question is penalised (:math:`-\lambda u_t > 0` is the reward for an
+    unlikely-without-context token). :math:`\tau, \lambda` are the values
+    tuned by van der Poel et al. and used by LM-Polygraph. :math:`u_t` as in
+    ``pmi``. LM-Polygraph's ``MeanConditionalPointwiseMutualInformation``
+    returns :math:`-c` without the first token's unconditioned term (see
+    ``pmi``); fed the same inputs with :math:`u_0 = 0` the two are equal.
+
+    References: [1] van der Poel, Cotterell & Meister, 2022, "Mutual
+    Information Alleviates Hallucinations in Abstractive Summarization",
+    EMNLP (CPMI), arXiv:2210.13210; [2] Takayama & Arase, 2019, NLP4ConvAI
+    (PMI).
+    """
+    return cpmi_value(token_statistic(record.greedy, "token_logprobs"), _unconditioned(record, ctx),
+                      token_statistic(record.greedy, "token_entropies"))
+
+
+# ---------------------------------------------------------------------------
+# attention
+
+
+def _generation_prompt(record: Record, ctx: ScoringContext) -> Prompt:
+    """The prompt the greedy answer was generated from (the pipeline passes it along)."""
+    prompt = ctx.options.get("prompt")
+    if prompt is None and isinstance(record.item.prompt, list):
+        prompt = record.item.prompt  # chat messages are sent as they are
+    if prompt is None:
+        raise CannotScore("the prompt the answer was generated from is not known (score "
+                          "through the pipeline, which passes it)")
+    return prompt  # type: ignore[no-any-return]
+
+
+def _attention(record: Record, ctx: ScoringContext) -> tuple[int, np.ndarray]:
+    """(prompt length, self-attention weights (layers, heads, p + T)), once per record."""
+    ids = list(record.greedy.token_ids)
+    if not ids:
+        raise CannotScore("empty answer: no tokens to score")
+    prompt = _generation_prompt(record, ctx)
+
+    def compute() -> tuple[int, np.ndarray]:
+        backend = _backend_with(ctx, "attention_diagonals")
+        length, diagonal = backend.attention_diagonals([prompt], [ids])[0]
+        return int(length), np.asarray(diagonal, dtype=np.float64)
+
+    length, diagonal = ctx.cached(record, "attention_diagonals", compute)
+    if diagonal.ndim != 3 or diagonal.shape[-1] != length + len(ids):
+        raise CannotScore("attention weights do not cover prompt + answer")
+    return length, diagonal
+
+
+def rauq_layers(n_layers: int) -> range:
+    r"""The middle third of the layers RAUQ reads: :math:`\lfloor L/3\rfloor .. \lceil 2L/3\rceil`.
+
+    >>> list(rauq_layers(30))[:2], list(rauq_layers(30))[-1]
+    ([10, 11], 20)
+    """
+    return range(n_layers // 3, min(n_layers, -(-2 * n_layers // 3) + 1))
+
+
+def rauq_value(logprobs: np.ndarray, previous_attention: np.ndarray, alpha: float) -> float:
+    r"""RAUQ's confidence from token log-probabilities and each layer's head attentions.
+
+    ``previous_attention[l, h, j - 1]`` is :math:`a^{(l,h)}_j`, the weight
+    head :math:`h` of layer :math:`l` gives :math:`y_{j-1}` in the step that
+    chooses :math:`y_j` (:math:`j = 1..T-1`).
+
+    .. math::
+        h^*_l = \arg\max_h \frac{1}{T-1}\sum_{j} a^{(l,h)}_j, \quad
+        c^{(l)}_0 = p(y_0), \quad
+        c^{(l)}_j = \alpha\, p(y_j) + (1-\alpha)\, a^{(l,h^*_l)}_j\, c^{(l)}_{j-1},
+        \qquad c = \min_l \frac{1}{T}\sum_{j=0}^{T-1}\log c^{(l)}_j
+
+    >>> c1 = 0.5 * 0.8 + 0.5 * 0.5 * 0.5  # head 0 attends more; c0 = p(y0) = 0.5
+    >>> value = rauq_value(np.log([0.5, 0.8]), np.array([[[0.5], [0.1]]]), 0.5)
+    >>> bool(np.isclose(value, np.mean(np.log([0.5, c1]))))
+    True
+    """
+    p = np.exp(np.asarray(logprobs, dtype=np.float64))
+    scores = []
+    for layer in np.asarray(previous_attention, dtype=np.float64):
+        conf = np.empty_like(p)
+        conf[0] = p[0]
+        if p.size > 1:
+            weights = layer[int(np.argmax(layer.mean(-1)))]
+            for j in range(1, p.size):
+                conf[j] = alpha * p[j] + (1.0 - alpha) * weights[j - 1] * conf[j - 1]
+        with np.errstate(divide="ignore"):
+            scores.append(float(np.mean(np.log(conf))))
+    return min(scores)
+
+
+@scorer("rauq", needs={Need.TOKEN_LOGPROBS, Need.ATTENTIONS}, cost=Cost.MODEL_CALLS)
+def rauq(record: Record, ctx: ScoringContext) -> float:
+    r"""RAUQ: token probabilities carried along by the most previous-token-attentive head.
+
+    .. math::
+        c^{(l)}_j = \alpha\, p(y_j) + (1-\alpha)\, a^{(l,h^*_l)}_j\, c^{(l)}_{j-1}, \qquad
+        c = \min_{l \in M} \frac{1}{T}\sum_{j=0}^{T-1}\log c^{(l)}_j
+
+    (:func:`rauq_value`). :math:`a^{(l,h)}_j = A^{(l,h)}_{p+j-1,\,p+j-1}`
+    is the weight the step choosing :math:`y_j` gives the token
+    :math:`y_{j-1}` just generated (its own input), from one teacher-forced
+    pass over prompt + answer; :math:`M` the middle third of the layers
+    (:func:`rauq_layers`); :math:`h^*_l` the head of layer :math:`l` that
+    attends most to the previous token on average; :math:`\alpha = 0.5` for
+    a model with a chat template, 0.2 otherwise (``ctx.options["rauq_alpha"]``
+    overrides). A confident token after a doubtful one inherits some doubt
+    when the head looks back at it.
+
+    Equals LM-Polygraph's ``RAUQ`` (:math:`c = 1 - U`, its uncertainty is
+    :math:`\max_l (1 - \cdot)`) fed the same attentions: Polygraph reads
+    them from ``generate`` step by step (row :math:`j`, column :math:`j-1`
+    of its ``attention_all``), the very weights of our teacher-forced pass
+    up to rounding. Cost: one forward pass with attention weights (eager
+    attention) per record.
+
+    References: [1] Vazhentsev et al., 2025, "Uncertainty-Aware Attention
+    Heads: Efficient Unsupervised Uncertainty Quantification for LLMs",
+    arXiv:2505.20045 (RAUQ).
+    """
+    logprobs = token_statistic(record.greedy, "token_logprobs")
+    length, diagonal = _attention(record, ctx)
+    alpha = ctx.options.get("rauq_alpha")
+    if alpha is None:
+        chat = bool(getattr(ctx.backend, "has_chat_template", False))
+        alpha = RAUQ_ALPHA_CHAT if chat else RAUQ_ALPHA_BASE
+    t = logprobs.size
+    previous = diagonal[list(rauq_layers(diagonal.shape[0])), :, length:length + t - 1]
+    return rauq_value(logprobs, previous, float(alpha))
+
+
+def attention_score_value(self_attention: np.ndarray) -> float:
+    r"""Mean over heads of the summed log self-attention of every position.
+
+    .. math:: c = \frac{1}{H}\sum_{h=1}^{H}\sum_{i} \log\big(A^{(h)}_{ii} + \epsilon\big)
+
+    ``self_attention[h, i]`` is :math:`A^{(h)}_{ii}`.
+
+    >>> round(attention_score_value(np.array([[1.0, 0.5], [1.0, 0.25]])), 6)  # (ln .5 + ln .25)/2
+    -1.039721
+    """
+    a = np.asarray(self_attention, dtype=np.float64)
+    return float(np.mean(np.log(a + ATTENTION_EPSILON).sum(-1)))
+
+
+@scorer("attention_score", needs={Need.ATTENTIONS}, cost=Cost.MODEL_CALLS)
+def attention_score(record: Record, ctx: ScoringContext) -> float:
+    r"""LLM-Check's attention score: log-determinant of a middle layer's attention maps.
+
+    .. math:: c = \frac{1}{H}\sum_{h=1}^{H} \log\det A^{(l,h)}
+              = \frac{1}{H}\sum_{h=1}^{H}\sum_{i=0}^{p+T-1} \log\big(A^{(l,h)}_{ii} + \epsilon\big),
+              \qquad l = \lfloor L/2 \rfloor
+
+    (:func:`attention_score_value`). The causal attention matrix is lower
+    triangular, so its log-determinant is the sum of the log diagonal: how
+    much each position attends to itself rather than to its context, over
+    prompt and answer. :math:`\epsilon = 10^{-12}`. Not length-normalised,
+    as in the paper. ``ctx.options["attention_layer"]`` chooses another layer.
+
+    Equals LM-Polygraph's ``AttentionScore`` (default: whole sequence, layer
+    :math:`\lfloor L/2 \rfloor`; :math:`c = -U`) on the same attention
+    weights.
+
+    References: [1] Sriramanan et al., 2024, "LLM-Check: Investigating
+    Detection of Hallucinations in Large Language Models", NeurIPS
+    (attention score).
+    """
+    _, diagonal = _attention(record, ctx)
+    layer = ctx.options.get("attention_layer")
+    layer = diagonal.shape[0] // 2 if layer is None else int(layer)
+    if not -diagonal.shape[0] <= layer < diagonal.shape[0]:
+        raise CannotScore(f"attention layer {layer} outside the model's {diagonal.shape[0]}")
+    value = attention_score_value(diagonal[layer])
+    if not math.isfinite(value):
+        raise CannotScore("attention weights are not finite")
+    return value
