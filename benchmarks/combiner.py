@@ -239,11 +239,12 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("runs/quality"))
     ap.add_argument("--resamples", type=int, default=1000)
+    ap.add_argument("--results", type=Path, default=RESULTS, help="folder of quality.md")
     args = ap.parse_args(argv)
     pieces = load_pieces(args.out, args.resamples)
     text = "\n".join([SECTION, *combiner_section(pieces, args.resamples),
                       *two_model_section(pieces, args.resamples)]) + "\n"
-    path = RESULTS / "quality.md"
+    path = args.results / "quality.md"
     head = path.read_text().split(SECTION)[0] if path.exists() else ""
     path.write_text(head + text)
     print(text)

@@ -210,8 +210,8 @@ def _iv(v: tuple[float, float, float]) -> str:
     return f"{point:.3f} [{low:.3f}, {high:.3f}]" if not math.isnan(low) else f"{point:.3f}"
 
 
-def _timings() -> list[dict[str, Any]]:
-    path = RESULTS / "quality_timings.json"
+def _timings(results: Path) -> list[dict[str, Any]]:
+    path = results / "quality_timings.json"
     return json.loads(path.read_text()) if path.exists() else []
 
 
@@ -325,11 +325,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=Path("runs/quality"))
     ap.add_argument("--report-only", action="store_true", help="only rewrite the table")
     ap.add_argument("--resamples", type=int, default=1000)
+    ap.add_argument("--results", type=Path, default=RESULTS, help="folder of quality.md")
     args = ap.parse_args(argv)
 
     tasks = args.task or list(TASKS)
     models = args.model or list(MODELS)
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    args.results.mkdir(parents=True, exist_ok=True)
     if not args.report_only:
         for task in tasks:
             for model in models:
@@ -342,12 +343,12 @@ def main(argv: list[str] | None = None) -> None:
                 except ConfideError as exc:
                     print(f"  {type(exc).__name__}: {exc}", file=sys.stderr)
                     continue
-                timings = _timings() + [entry]
-                (RESULTS / "quality_timings.json").write_text(json.dumps(timings, indent=1))
+                timings = _timings(args.results) + [entry]
+                (args.results / "quality_timings.json").write_text(json.dumps(timings, indent=1))
                 print(f"  {entry}", flush=True)
     pieces = load_pieces(args.out, args.resamples)
-    (RESULTS / "quality.md").write_text(render(pieces, _timings()))
-    print(f"wrote {RESULTS / 'quality.md'} ({len(pieces)} pieces)")
+    (args.results / "quality.md").write_text(render(pieces, _timings(args.results)))
+    print(f"wrote {args.results / 'quality.md'} ({len(pieces)} pieces)")
 
 
 if __name__ == "__main__":
