@@ -237,11 +237,13 @@ def two_model_section(pieces: list[Piece], n_resamples: int,
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path("runs/quality"))
+    ap.add_argument("--out", type=Path, action="append",
+                    help="folder(s) of stored runs (default runs/quality); for a task and "
+                         "model the run with most records is used")
     ap.add_argument("--resamples", type=int, default=1000)
     ap.add_argument("--results", type=Path, default=RESULTS, help="folder of quality.md")
     args = ap.parse_args(argv)
-    pieces = load_pieces(args.out, args.resamples)
+    pieces = load_pieces(args.out or [Path("runs/quality")], args.resamples)
     text = "\n".join([SECTION, *combiner_section(pieces, args.resamples),
                       *two_model_section(pieces, args.resamples)]) + "\n"
     path = args.results / "quality.md"

@@ -183,10 +183,11 @@ def _chance(records: list[Any]) -> float | None:
     return float(np.mean([1.0 / s for s in sizes]))
 
 
-def load_pieces(out: Path, n_resamples: int) -> list[Piece]:
-    """Every stored piece under ``out`` (for a task and model, the one with most records)."""
+def load_pieces(outs: list[Path], n_resamples: int) -> list[Piece]:
+    """Every stored run under the ``outs`` folders (for a task and model, the one with most
+    records)."""
     best: dict[tuple[str, str], tuple[int, Path]] = {}
-    for path in sorted(out.glob("*/run.sqlite")):
+    for path in sorted(p for out in outs for p in out.glob("*/run.sqlite")):
         run = open_run(path.parent)
         task, model = str(run.config.get("task", {}).get("name")), str(run.config["model"])
         count = len(run.records)
@@ -251,7 +252,7 @@ def render(pieces: list[Piece], timings: list[dict[str, Any]]) -> str:
              "LLM judges), need hidden states (EigenScore) or training (probes; the "
              "combiner has its own section).", ""]
     lines += ["## Summary", ""]
-    lines += _md_table(["task", "model", "items", "accuracy", "best scorer (AUROC)",
+    lines += _md_table(["task", "model", "items", "accuracy", "top scorer by AUROC",
                         "its AUROC", "length baseline AUROC", "status"], summary_rows(pieces))
     lines += ["", _ranking(pieces), ""]
     lines += ["## What was run", ""]
@@ -346,7 +347,7 @@ def main(argv: list[str] | None = None) -> None:
                 timings = _timings(args.results) + [entry]
                 (args.results / "quality_timings.json").write_text(json.dumps(timings, indent=1))
                 print(f"  {entry}", flush=True)
-    pieces = load_pieces(args.out, args.resamples)
+    pieces = load_pieces([args.out], args.resamples)
     (args.results / "quality.md").write_text(render(pieces, _timings(args.results)))
     print(f"wrote {args.results / 'quality.md'} ({len(pieces)} pieces)")
 
