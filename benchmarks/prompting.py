@@ -57,15 +57,20 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--variants", default="kshot,chat")
     ap.add_argument("--out", type=Path, default=Path("runs/prompting"))
+    ap.add_argument("--report-only", action="store_true",
+                    help="evaluate what the runs hold so far; generate nothing")
     args = ap.parse_args()
 
     began = time.perf_counter()
-    model = confide.load_model(args.model)
+    model = None if args.report_only else confide.load_model(args.model)
     load_s = time.perf_counter() - began
     lines = ["# TriviaQA prompt: chat question against 5-shot completion", "",
-             f"`benchmarks/prompting.py --items {args.items} --model {args.model}`; model "
-             f"loaded in {load_s:.0f} s; load average at start "
-             f"{os.getloadavg()[0]:.1f} on 2 shared cores (wall times are that share).", "",
+             f"`benchmarks/prompting.py --items {args.items} --model {args.model}`"
+             + (" (`--report-only`: the runs as stored; rows say how many items they hold)"
+                if args.report_only else
+                f"; model loaded in {load_s:.0f} s; load average at start "
+                f"{os.getloadavg()[0]:.1f} on 2 shared cores (wall times are that share)")
+             + ".", "",
              "| prompt | items | accuracy | words (mean / median) | tokens (mean) | "
              "best scorer AUROC | length AUROC | disjoint AUROC interval pairs | "
              "scorers significantly below best | run wall time |",
@@ -73,11 +78,17 @@ def main() -> None:
     details = []
     for name in args.variants.split(","):
         t0 = time.perf_counter()
-        run = confide.evaluate(model, task="triviaqa", limit=args.items,
-                               task_options=VARIANTS[name],
-                               out=args.out / f"{args.model}-{name}-{args.items}")
+        where = args.out / f"{args.model}-{name}-{args.items}"
+        if args.report_only:
+            if not (where / "run.sqlite").exists():
+                continue
+            run = confide.open_run(where)
+        else:
+            run = confide.evaluate(model, task="triviaqa", limit=args.items,
+                                   task_options=VARIANTS[name], out=where)
         wall = time.perf_counter() - t0
-        for n in sorted({min(100, args.items), args.items}):
+        stored = len(run.records)
+        for n in sorted({min(100, stored), stored}):
             records = run.records[:n]
             table = evaluate_records(records, grader=run.grader, scorers=list(
                 run.config["scorers"]), metrics=("auroc", "prr"),
@@ -96,8 +107,8 @@ def main() -> None:
                 f"{best.metrics['auroc'][0]:.3f} [{best.metrics['auroc'][1]:.3f}, "
                 f"{best.metrics['auroc'][2]:.3f}] | {length.metrics['auroc'][0]:.3f} | "
                 f"{disjoint} | {below} | "
-                + (f"{wall:.0f} s" if n == args.items else "") + " |")
-            if n == args.items:
+                + (f"{wall:.0f} s" if n == stored and not args.report_only else "") + " |")
+            if n == stored:
                 details.append(f"### {name}, {n} items\n")
                 details.append("Examples: " + "; ".join(
                     f"`{r.greedy.text[:60]}`" for r in records[:5]) + "\n")
