@@ -76,19 +76,24 @@ def main() -> None:
              "scorers significantly below best | run wall time |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     details = []
+    runs, walls = {}, {}
     for name in args.variants.split(","):
         t0 = time.perf_counter()
         where = args.out / f"{args.model}-{name}-{args.items}"
         if args.report_only:
             if not (where / "run.sqlite").exists():
                 continue
-            run = confide.open_run(where)
+            runs[name] = confide.open_run(where)
         else:
-            run = confide.evaluate(model, task="triviaqa", limit=args.items,
-                                   task_options=VARIANTS[name], out=where)
-        wall = time.perf_counter() - t0
+            runs[name] = confide.evaluate(model, task="triviaqa", limit=args.items,
+                                          task_options=VARIANTS[name], out=where)
+        walls[name] = time.perf_counter() - t0
+    # the items are in file order in every run, so the first n are the same questions
+    common = min((len(run.records) for run in runs.values()), default=0)
+    for name, run in runs.items():
+        wall = walls[name]
         stored = len(run.records)
-        for n in sorted({min(100, stored), stored}):
+        for n in sorted({min(100, stored), common, stored}):
             records = run.records[:n]
             table = evaluate_records(records, grader=run.grader, scorers=list(
                 run.config["scorers"]), metrics=("auroc", "prr"),
@@ -116,7 +121,7 @@ def main() -> None:
                             f"[{r.metrics['auroc'][1]:.3f}, {r.metrics['auroc'][2]:.3f}], "
                             f"PRR {r.metrics['prr'][0]:.3f}" for r in table.rows]
                 details.append("")
-        print("\n".join(lines), flush=True)
+    print("\n".join(lines), flush=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "prompting.md").write_text("\n".join(lines + [""] + details) + "\n")
     print(f"wrote {RESULTS / 'prompting.md'}")
