@@ -147,16 +147,12 @@ def combiner_section(pieces: list[Piece], n_resamples: int) -> list[str]:
             continue
         for held in tasks:
             test, y_test, test_names = data[(held, model_name)]
-            train: list[Record] = []
             common = set(test_names)
             for t in tasks:
                 if t != held:
-                    train += data[(t, model_name)][0]
                     common &= set(data[(t, model_name)][2])
             names = sorted(common)
-            grader = next(p.table.grader for p in ranked if p.task == held
-                          and p.model == model_name)
-            # one grader name across tasks: relabel the training records by their own grader
+            # one label across tasks: each training record labelled by its own task's grader
             train_relabelled = []
             for t in tasks:
                 if t == held:
@@ -175,7 +171,6 @@ def combiner_section(pieces: list[Piece], n_resamples: int) -> list[str]:
                          _iv(_quiet(bootstrap_interval, "prr", conf, y_test,
                                     n_resamples=n_resamples, nan_policy="omit")), best,
                          _fmt(d)])
-            del grader
     lines += _md_table(["model", "held-out task", "trained on", "combiner PRR",
                         "best single on held-out", "combiner − best single (paired)"], loto)
     return lines + [""]

@@ -256,16 +256,13 @@ def render(pieces: list[Piece], timings: list[dict[str, Any]]) -> str:
                         "its AUROC", "length baseline AUROC", "status"], summary_rows(pieces))
     lines += ["", _ranking(pieces), ""]
     lines += ["## What was run", ""]
-    planned = {(p.task, p.model): p for p in pieces}
     trows = []
     for t in timings:
-        p = planned.get((t["task"], t["model"]))
         trows.append([t["task"], t["model"], str(t["planned"]), str(t["samples"]),
                       t.get("data", ""), str(t["stored_after"]), f"{t['seconds'] / 60:.1f}",
                       str(t.get("load_average_at_start", "")),
                       "time limit" if t["stopped_by_time_limit"] else "complete",
                       t.get("finished_at", "")])
-        del p
     lines += _md_table(["task", "model", "planned items", "samples", "data",
                         "stored after", "minutes", "load avg at start", "ended by",
                         "finished"], trows)
