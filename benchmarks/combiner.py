@@ -46,7 +46,11 @@ from confide.decisions.routing import cascade  # noqa: E402
 from confide.errors import InvalidInputError  # noqa: E402
 from confide.judges import default_judge, make_judge  # noqa: E402
 from confide.learned import fit  # noqa: E402
-from confide.metrics import UndefinedMetricWarning, bootstrap_interval, paired_bootstrap  # noqa: E402
+from confide.metrics import (  # noqa: E402
+    UndefinedMetricWarning,
+    bootstrap_interval,
+    paired_bootstrap,
+)
 from confide.records import Record  # noqa: E402
 from confide.runs import open_run  # noqa: E402
 
@@ -131,11 +135,11 @@ def combiner_section(pieces: list[Piece], n_resamples: int) -> list[str]:
         comb_prr = _quiet(bootstrap_interval, "prr", oof, y, n_resamples=n_resamples)
         rows.append([p.task, p.model, str(len(y)), str(int(y.sum())), _iv(comb_prr), best,
                      _fmt(d), f"{_max_corr(records, best, names):.2f}",
-                     str(model.report.get("chosen", ""))])
+                     str(model.report.get("chosen", "")), f"`{p.path}`"])
     lines += ["Within task (5-fold cross-fitted combiner; PRR at rejection up to 50%):", ""]
     lines += _md_table(["task", "model", "items", "right", "combiner PRR", "best single",
                         "combiner − best single (paired)", "max |Spearman| best vs others",
-                        "chosen"], rows)
+                        "chosen", "run"], rows)
     lines += ["", "Leave one task out (fitted on the model's other ranked tasks, inputs = "
               "scorers stored in all of them):", ""]
     loto = []

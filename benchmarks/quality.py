@@ -237,12 +237,13 @@ def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
             *["| " + " | ".join(r) + " |" for r in rows]]
 
 
-def render(pieces: list[Piece], timings: list[dict[str, Any]]) -> str:
+def render(pieces: list[Piece], timings: list[dict[str, Any]], n_resamples: int) -> str:
     lines = ["# Quality of confide's scorers, per task and model", "",
              "Written by `benchmarks/quality.py` from the runs stored under its `--out` "
              "folder; every figure below is recomputed from those runs. Correct = the task's "
              "grader (grade >= 0.5). Intervals are 95% percentile bootstrap intervals "
-             "(1000 resamples). A best scorer is named *significant* only where the paired "
+             f"({n_resamples} resamples). A best scorer is named *significant* only where "
+             "the paired "
              "bootstrap of AUROC puts every other scorer's difference to it below zero. "
              f"Tasks where the model is at chance (or with fewer than {MIN_POSITIVES} right "
              "or wrong answers) are flagged and left out of every ranking.", "",
@@ -345,7 +346,8 @@ def main(argv: list[str] | None = None) -> None:
                 (args.results / "quality_timings.json").write_text(json.dumps(timings, indent=1))
                 print(f"  {entry}", flush=True)
     pieces = load_pieces([args.out], args.resamples)
-    (args.results / "quality.md").write_text(render(pieces, _timings(args.results)))
+    text = render(pieces, _timings(args.results), args.resamples)
+    (args.results / "quality.md").write_text(text)
     print(f"wrote {args.results / 'quality.md'} ({len(pieces)} pieces)")
 
 
