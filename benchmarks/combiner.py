@@ -183,7 +183,7 @@ def combiner_section(pieces: list[Piece], n_resamples: int) -> list[str]:
 def two_model_section(pieces: list[Piece], n_resamples: int,
                       small: str = "smollm2", large: str = "gemma3-270m") -> list[str]:
     lines = [f"## Two models on the same items: {small} → {large}", ""]
-    by = {(p.task, p.model): p for p in pieces}
+    by = {(p.task, p.model): p for p in sorted(pieces, key=lambda p: p.n)}  # largest wins
     tasks = sorted({p.task for p in pieces if (p.task, small) in by and (p.task, large) in by})
     if not tasks:
         return lines + ["No task has stored runs of both models yet.", ""]

@@ -184,17 +184,18 @@ def _chance(records: list[Any]) -> float | None:
 
 
 def load_pieces(outs: list[Path], n_resamples: int) -> list[Piece]:
-    """Every stored run under the ``outs`` folders (for a task and model, the one with most
-    records)."""
-    best: dict[tuple[str, str], tuple[int, Path]] = {}
+    """Every stored run under the ``outs`` folders (for a task, model and number of samples,
+    the one with most records)."""
+    best: dict[tuple[str, str, int], tuple[int, Path]] = {}
     for path in sorted(p for out in outs for p in out.glob("*/run.sqlite")):
         run = open_run(path.parent)
-        task, model = str(run.config.get("task", {}).get("name")), str(run.config["model"])
+        key = (str(run.config.get("task", {}).get("name")), str(run.config["model"]),
+               int(run.config.get("n_samples") or 0))
         count = len(run.records)
-        if count and count > best.get((task, model), (0, path))[0]:
-            best[(task, model)] = (count, path.parent)
+        if count and count > best.get(key, (0, path))[0]:
+            best[key] = (count, path.parent)
     pieces = []
-    for (task, model), (_, path) in sorted(best.items()):
+    for (task, model, _), (_, path) in sorted(best.items()):
         run = open_run(path)
         table = run.evaluate(metrics=("auroc", "prr"), n_resamples=n_resamples)
         pieces.append(Piece(task, model, path, int(run.config.get("limit") or 0),
@@ -224,7 +225,7 @@ def summary_rows(pieces: list[Piece]) -> list[list[str]]:
         top = next((r for r in ranked if not r.baseline), None)
         length = next((r for r in ranked if r.baseline), None)
         sig = p.significant_best()
-        rows.append([p.task, p.model, f"{p.n}", _iv(p.table.accuracy),
+        rows.append([p.task, p.model, f"{p.n}", str(p.samples), _iv(p.table.accuracy),
                      "–" if top is None else top.scorer + (" (significant)" if sig else ""),
                      "–" if top is None else _iv(top.metrics["auroc"]),
                      "–" if length is None else _iv(length.metrics["auroc"]),
@@ -253,7 +254,7 @@ def render(pieces: list[Piece], timings: list[dict[str, Any]], n_resamples: int)
              "LLM judges), need hidden states (EigenScore) or training (probes; the "
              "combiner has its own section).", ""]
     lines += ["## Summary", ""]
-    lines += _md_table(["task", "model", "items", "accuracy", "top scorer by AUROC",
+    lines += _md_table(["task", "model", "items", "samples", "accuracy", "top scorer by AUROC",
                         "its AUROC", "length baseline AUROC", "status"], summary_rows(pieces))
     lines += ["", _ranking(pieces), ""]
     lines += ["## What was run", ""]
@@ -275,11 +276,14 @@ def render(pieces: list[Piece], timings: list[dict[str, Any]], n_resamples: int)
 
 
 def _ranking(pieces: list[Piece]) -> str:
-    ranked = [p for p in pieces if not p.at_chance]
+    ranked = [p for p in pieces if not p.at_chance and p.samples]
     if not ranked:
-        return "No piece is above chance with enough right and wrong answers: no ranking."
+        return ("No piece with samples is above chance with enough right and wrong answers: "
+                "no ranking across pieces.")
     ranks: dict[str, list[int]] = {}
     for p in ranked:
+        if p.samples == 0:  # ranks over the same scorer set only
+            continue
         for i, r in enumerate(p.ranked_rows(), start=1):
             ranks.setdefault(r.scorer, []).append(i)
     order = sorted(ranks, key=lambda s: (np.mean(ranks[s]), s))[:8]
@@ -290,7 +294,7 @@ def _ranking(pieces: list[Piece]) -> str:
 
 def _piece_section(p: Piece) -> list[str]:
     acc = p.table.accuracy
-    head = [f"## {p.task} × {p.model}", "",
+    head = [f"## {p.task} × {p.model}" + (" (greedy only)" if not p.samples else ""), "",
             f"{p.n} graded items stored of {p.planned} planned ({p.data}); greedy + "
             f"{p.samples} samples; accuracy {_iv(acc)} ({p.n_correct} right)"
             + (f"; chance 1/options = {p.chance:.2f}" if p.chance is not None else "") + ". "
@@ -321,7 +325,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--samples", type=int, default=10)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--max-minutes", type=float, help="stop each piece after this long")
-    ap.add_argument("--out", type=Path, default=Path("runs/quality"))
+    ap.add_argument("--out", type=Path, default=Path("runs/quality"),
+                    help="folder of the pieces (and where new ones are stored)")
+    ap.add_argument("--also", type=Path, action="append", default=[],
+                    help="--report-only: other folders of stored runs to include (e.g. "
+                         "runs/prompting, greedy-only runs of the default scorers)")
     ap.add_argument("--report-only", action="store_true", help="only rewrite the table")
     ap.add_argument("--resamples", type=int, default=1000)
     ap.add_argument("--results", type=Path, default=RESULTS, help="folder of quality.md")
@@ -345,7 +353,7 @@ def main(argv: list[str] | None = None) -> None:
                 timings = _timings(args.results) + [entry]
                 (args.results / "quality_timings.json").write_text(json.dumps(timings, indent=1))
                 print(f"  {entry}", flush=True)
-    pieces = load_pieces([args.out], args.resamples)
+    pieces = load_pieces([args.out, *args.also], args.resamples)
     text = render(pieces, _timings(args.results), args.resamples)
     (args.results / "quality.md").write_text(text)
     print(f"wrote {args.results / 'quality.md'} ({len(pieces)} pieces)")
