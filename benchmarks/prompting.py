@@ -70,11 +70,13 @@ def main() -> None:
                 if args.report_only else
                 f"; model loaded in {load_s:.0f} s; load average at start "
                 f"{os.getloadavg()[0]:.1f} on 2 shared cores (wall times are that share)")
-             + ".", "",
+             + ". Both runs were generated at the same time on the same machine, so their "
+             "generation seconds on the same items compare.", "",
              "| prompt | items | accuracy | words (mean / median) | tokens (mean) | "
              "best scorer AUROC | length AUROC | disjoint AUROC interval pairs | "
-             "scorers significantly below best | run wall time |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "scorers significantly below best | generation s (stored per item, summed) | "
+             "run wall time |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     details = []
     runs, walls = {}, {}
     for name in args.variants.split(","):
@@ -111,7 +113,7 @@ def main() -> None:
                 f"{statistics.mean(tokens):.1f} | {best.scorer} "
                 f"{best.metrics['auroc'][0]:.3f} [{best.metrics['auroc'][1]:.3f}, "
                 f"{best.metrics['auroc'][2]:.3f}] | {length.metrics['auroc'][0]:.3f} | "
-                f"{disjoint} | {below} | "
+                f"{disjoint} | {below} | {sum(r.seconds for r in records):.0f} | "
                 + (f"{wall:.0f} s" if n == stored and not args.report_only else "") + " |")
             if n == stored:
                 details.append(f"### {name}, {n} items\n")

@@ -82,8 +82,8 @@ def run(
     data: Annotated[Optional[str], typer.Option(help="full data file for a built-in task")
                     ] = None,
     limit: Annotated[Optional[int], typer.Option(
-        help="number of items (0 = all); the default 200 TriviaQA questions give enough "
-             "right answers to separate scorers at about the old 100-question run time")] = 200,
+        help="number of items (0 = all); 200 TriviaQA questions give enough right answers "
+             "to separate scorers (benchmarks/prompting.py)")] = 200,
     max_new_tokens: Annotated[Optional[int], typer.Option(help="answer budget")] = None,
     scorers: Annotated[Optional[str], typer.Option(help="comma-separated scorer names")] = None,
     grader: Annotated[Optional[str], typer.Option(help="grader (default: the task's)")] = None,
