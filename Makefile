@@ -15,7 +15,7 @@ $(TEST_SETUP): $(RUN_SETUP)
 	bash scripts/setup.sh test
 	touch $@
 
-# Answer 100 bundled TriviaQA questions with the bundled model, score, grade, evaluate.
+# Answer 200 bundled TriviaQA questions with the bundled model, score, grade, evaluate.
 run: $(RUN_SETUP)
 	$(VENV)/bin/confide run $(ARGS)
 

@@ -207,3 +207,18 @@ def test_cli_eval_table_keeps_every_scorer_name_whole_at_80_columns(tmp_path):
     _assert_fits_80_with_names(out, names)
     for header in ("AUROC [95% CI]", "PRR [95% CI]", "AURC [95% CI]", "ρ(conf, length)"):
         assert header in out
+
+
+def test_cli_run_default_answers_200_bundled_triviaqa_questions():
+    """`make run` answers 200 bundled TriviaQA questions (enough right answers to separate
+    scorers: benchmarks/prompting.py), with the 5-shot prompt that keeps answers short."""
+    import inspect
+
+    from confide import cli
+    from confide.tasks import load_task
+
+    params = inspect.signature(cli.run).parameters
+    task = load_task(params["task"].default, limit=params["limit"].default)
+    assert params["limit"].default == len(task.items) == 200
+    prompt = task.render(task.items[0], chat=True)  # the bundled model has a chat template
+    assert isinstance(prompt, str) and prompt.count("\nAnswer:") == 6

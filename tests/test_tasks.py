@@ -38,6 +38,9 @@ def test_builtin_task_renders_chat_and_completion(name):
     bare = load_task(name, limit=3, num_fewshot=0)
     for it in task.items:
         msgs = task.render(it, chat=True)
+        if task.templates["chat"] is None:  # short answers: k-shot completion for every model
+            assert msgs == task.render(it, chat=False)
+            continue
         assert isinstance(msgs, list) and msgs[-1]["role"] == "user"
         assert all(set(m) == {"role", "content"} for m in msgs)
         assert it.prompt in msgs[-1]["content"]
@@ -60,13 +63,19 @@ def test_triviaqa_items_and_prompts():
     assert first.prompt == "Brunswick, Lancastrian and Pearl Pickler are types of which vegetable?"
     assert first.references[0] == "Onion" and "Allium cepa" in first.references
     assert task.grader == "contains" and task.stop == ["\n"] and task.max_new_tokens == 32
-    msgs = task.render(first, chat=True)
-    assert msgs == [{"role": "user", "content": "Answer the question with a few words only, "
-                     "no explanation.\n\nQuestion: " + first.prompt}]
     text = task.render(first, chat=False)
     assert text.endswith("Question: " + first.prompt + "\nAnswer:")
     assert text.count("Question:") == 6  # 5 exemplars + the item
     assert "Brunswick" not in text.split("\n\n")[0]
+    # instruct models get the same 5-shot completion prompt (short answers, measured in
+    # benchmarks/prompting.py), the exemplars answered with their first reference
+    assert task.render(first, chat=True) == text
+    assert text.startswith("Question: What was the capital of West Germany from 1949 to 1990?"
+                           "\nAnswer: Bonn\n\n")
+    assert {ex.id for ex in task.fewshot}.isdisjoint(it.id for it in load_task("triviaqa").items)
+    # a chat template of the user's own gives the chat prompt back
+    chat = load_task("triviaqa", limit=1, prompt_template={"chat": "Q: {{ question }}"})
+    assert chat.render(first, chat=True) == [{"role": "user", "content": "Q: " + first.prompt}]
 
 
 def test_triviaqa_full_file_drops_exemplars_and_hashes_data(tmp_path):

@@ -82,7 +82,9 @@ def run(
                     ] = "triviaqa",
     data: Annotated[Optional[str], typer.Option(help="full data file for a built-in task")
                     ] = None,
-    limit: Annotated[Optional[int], typer.Option(help="number of items (0 = all)")] = 100,
+    limit: Annotated[Optional[int], typer.Option(
+        help="number of items (0 = all); 200 TriviaQA questions give enough right answers "
+             "to separate scorers (benchmarks/prompting.py)")] = 200,
     max_new_tokens: Annotated[Optional[int], typer.Option(help="answer budget")] = None,
     scorers: Annotated[Optional[str], typer.Option(help="comma-separated scorer names")] = None,
     grader: Annotated[Optional[str], typer.Option(help="grader (default: the task's)")] = None,
@@ -491,8 +493,10 @@ def route(
                          ] = None,
     large_run: Annotated[Optional[Path], typer.Option(help="stored run of the large model")
                          ] = None,
-    small_model: Annotated[Optional[str], typer.Option(help="or: small model to run")] = None,
-    large_model: Annotated[Optional[str], typer.Option(help="and large model to run")] = None,
+    small_model: Annotated[str, typer.Option(
+        help="without runs: the small model to run")] = "smollm2",
+    large_model: Annotated[str, typer.Option(
+        help="without runs: the large model to run on the same items")] = "gemma3-270m",
     task: Annotated[str, typer.Option(help="with models: the task")] = "triviaqa",
     limit: Annotated[int, typer.Option(help="with models: number of items")] = 40,
     max_new_tokens: Annotated[Optional[int], typer.Option(help="with models: answer budget")
@@ -507,22 +511,26 @@ def route(
         help="pick the most accurate threshold within this cost per item")] = None,
     cost: Annotated[str, typer.Option(help="cost for --budget: tokens or seconds")] = "tokens",
 ) -> None:
-    """Small → large model cascade: accuracy against cost at every confidence threshold."""
+    """Small → large model cascade: accuracy against cost at every confidence threshold.
+
+    With no runs given, runs both bundled models (SmolLM2-135M → Gemma-3-270m) on the
+    same items of --task first (resumable)."""
     from confide.decisions.render import render_cascade
     from confide.decisions.routing import cascade, route_models
 
     with _user_errors():
         if small_run and large_run:
             curve = cascade(small_run, large_run, scorer=scorer, grader=grader)
-        elif small_model and large_model:
+        elif small_run or large_run:
+            raise InvalidInputError("give both --small-run and --large-run, or neither (then "
+                                    "--small-model and --large-model run on --task)",
+                                    field="route")
+        else:
             settings: dict[str, Any] = {"limit": limit}
             if max_new_tokens:
                 settings["max_new_tokens"] = max_new_tokens
             curve = route_models(small_model, large_model, task=task, scorer=scorer, out=out,
                                  **settings)
-        else:
-            raise InvalidInputError("give --small-run and --large-run, or --small-model and "
-                                    "--large-model", field="route")
         chosen = None
         if target_accuracy is not None or budget is not None:
             chosen = curve.choose(target_accuracy=target_accuracy, budget=budget,

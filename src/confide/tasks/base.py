@@ -99,7 +99,9 @@ class Task:
             ``{"role", "content"}`` messages (optional system message, then
             ``chat_fewshot`` exemplar turns, then the question). False for a
             base model: returns one string with ``num_fewshot`` exemplars from
-            :attr:`fewshot` followed by the question.
+            :attr:`fewshot` followed by the question. A task whose ``chat``
+            template is None (TriviaQA: measured shorter answers) gives every
+            model that string.
 
         Returns
         -------
@@ -109,6 +111,8 @@ class Task:
         t = self.templates
         variables = self._variables(item)
         header = render_template(t["header"], variables) if t.get("header") else ""
+        if chat and t.get("chat") is None and isinstance(item.prompt, str):
+            chat = False  # a format without a chat template prompts every model k-shot
         if chat:
             if not isinstance(item.prompt, str):  # the user's own chat messages
                 return [dict(m) for m in item.prompt]

@@ -19,7 +19,7 @@ from confide.records import Item
 from confide.tasks.base import (DATA_DIR, LETTERS, BadRecords, Task, file_sha256, pop_options,
                                 task)
 from confide.tasks.files import iter_csv, iter_jsonl
-from confide.tasks.prompts import FORMATS
+from confide.tasks.prompts import FORMATS, SHORT_ANSWER
 
 __all__ = ["BFCL_CATEGORIES", "mmlu_subjects"]
 
@@ -87,8 +87,10 @@ def triviaqa(*, data_path: str | None = None, bad: BadRecords, **options: Any) -
 
     Bundled: the first 500 of the 3,000-question Eval Gauntlet subsample
     (``triviaqa_sm_sub.jsonl``); ``data_path`` reads the full file. Item id
-    ``triviaqa-<0-based line index>``. Five exemplars (the file's last five
-    questions) form the few-shot pool.
+    ``triviaqa-<0-based line index>``. Five exemplars (the full file's last five
+    questions, never among the evaluated items) form the few-shot pool. Every
+    model, instruct or base, gets the 5-shot completion prompt
+    (:data:`~confide.tasks.prompts.SHORT_ANSWER`), so answers are a few words.
     """
     pop_options(options, {}, "triviaqa")
     path = _data_file(_TQA_DIR / "triviaqa_sm_sub.head500.jsonl", data_path)
@@ -96,7 +98,8 @@ def triviaqa(*, data_path: str | None = None, bad: BadRecords, **options: Any) -
                               "triviaqa-fewshot")
     items, dropped = _drop_exemplars(_triviaqa_items(path, bad, "triviaqa"), fewshot)
     return Task(name="triviaqa", items=items, grader="contains", max_new_tokens=32,
-                stop=["\n"], format="open_qa", fewshot=fewshot, num_fewshot=5,
+                stop=["\n"], format="open_qa", templates=dict(SHORT_ANSWER),
+                fewshot=fewshot, num_fewshot=5,
                 data_file=str(path.resolve()), data_sha256=file_sha256(path),
                 options={"excluded_as_exemplars": dropped}, skipped=list(bad.skipped),
                 source="Joshi et al. 2017, TriviaQA")

@@ -9,7 +9,8 @@ Each format has these templates (``None`` where unused):
     the chat user message), rendered with the evaluated item's variables.
 ``chat``
     The user message for an instruct model (a chat template is applied by the
-    backend's tokenizer).
+    backend's tokenizer). ``None``: no chat prompt; every model, instruct or
+    base, gets the k-shot ``completion`` prompt (see :data:`SHORT_ANSWER`).
 ``completion``
     One question as written for a base model; few-shot exemplars use the same
     template followed by ``target``.
@@ -37,7 +38,7 @@ from typing import Any
 
 import jinja2
 
-__all__ = ["FORMATS", "render_template", "resolve_templates"]
+__all__ = ["FORMATS", "SHORT_ANSWER", "render_template", "resolve_templates"]
 
 _TEMPLATE_KEYS = ("system", "header", "chat", "completion", "target", "separator")
 
@@ -102,6 +103,14 @@ FORMATS: dict[str, dict[str, str | None]] = {
         "separator": "\n\n",
     },
 }
+
+#: Short-answer tasks (TriviaQA): the k-shot completion prompt for every model, chat or not.
+#: Measured on the bundled model (``benchmarks/prompting.py``): asked in a chat turn,
+#: even with the instruction "a few words only" and five exemplar turns, SmolLM2-135M
+#: answers in sentences ("The answer to this question is pickled"); continuing five
+#: "Question: …\nAnswer: …" exemplars, it answers in a word or two, which is what the
+#: references and the token statistics are about.
+SHORT_ANSWER: dict[str, str | None] = {**FORMATS["open_qa"], "chat": None}
 
 _ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                           autoescape=False)
