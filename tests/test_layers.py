@@ -28,13 +28,16 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("tasks", ("confide.tasks",)),
     ("backends", ("confide.backends",)),
     ("store", ("confide.store",)),
-    ("scorers", ("confide.judges", "confide.features", "confide.scorers")),
-    ("grading", ("confide.grading",)),
+    ("scorers", ("confide.judges", "confide.features", "confide.scorers",
+                 "confide.claims.split", "confide.claims.scorers")),  # claims and their scorers
+    ("grading", ("confide.grading", "confide.claims.grading")),
     ("pipeline", ("confide.pipeline",)),    # generate → record → score → grade
     ("metrics", ("confide.metrics", "confide.audit")),
-    ("evaluation", ("confide.evaluation",)),
-    ("runs", ("confide.runner", "confide.runs")),  # the run loop; a stored run and its table
-    ("decisions", ("confide.decisions", "confide.learned", "confide.density")),
+    ("evaluation", ("confide.evaluation", "confide.claims.evaluation")),
+    ("runs", ("confide.runner", "confide.runs",  # the run loop; a stored run and its table
+              "confide.claims.run")),            # the claim stage of a long-form run
+    ("decisions", ("confide.decisions", "confide.learned", "confide.density",
+                   "confide.claims")),  # refine: acting on claim confidences
     ("outputs", ("confide.report", "confide.serve")),
     ("api", ("confide.api",)),
     ("cli", ("confide.cli", "confide.render")),  # the Rich renderer is the CLI's alone
