@@ -235,6 +235,9 @@ def claim_ccp(record: Record, claims: list[Claim], ctx: ScoringContext) -> list[
         if not claim.tokens:
             out.append(CannotScore("the claim covers no answer token"))
             continue
+        if not np.isfinite(np.asarray(gen.token_logprobs)[claim.tokens]).all():
+            out.append(CannotScore("token logprobs not finite inside the claim"))
+            continue
         total = 0.0
         for t in claim.tokens:
             start, end = spans[t]
@@ -249,12 +252,11 @@ def claim_ccp(record: Record, claims: list[Claim], ctx: ScoringContext) -> list[
                 alts += p
                 if judge.decide(original, prefix + piece, record.item).equivalent:
                     kept += p
-            if chosen + alts <= 0.0:
+            if chosen + kept <= 0.0:  # underflow: no probability left on this meaning
                 total = -math.inf
                 break
             total += math.log((chosen + kept) / (chosen + alts))
-        out.append(math.exp(total) if total > -math.inf
-                   else CannotScore("a token of the claim has probability 0"))
+        out.append(math.exp(total))
     return out
 
 
