@@ -216,10 +216,17 @@ def claim_ccp(record: Record, claims: list[Claim], ctx: ScoringContext) -> list[
     The paper classifies each alternative by NLI as entailing, contradicting
     or neutral and leaves neutral ones out of both sums; a judge only says
     equivalent or not, so every alternative that changes the meaning counts
-    as contradicting. Values therefore equal LM-Polygraph's
-    ``ClaimConditionedProbabilityClaim`` when its NLI finds no neutral
-    alternative, and are lower or equal otherwise. A token without
+    as contradicting. LM-Polygraph's ``ClaimConditionedProbabilityClaim``
+    (``nli_context="fact_pref"``, the claim prefix given to the NLI model, as
+    here) also counts every NLTK stop word as fully kept; confide ships no
+    stop-word list, so every token counts. Our value equals Polygraph's
+    (negated, it returns :math:`-c`) when its NLI finds no neutral alternative
+    and no claim token is a stop word, and is lower or equal otherwise. A token without
     alternatives contributes 1 (nothing the claim could have said instead).
+    The answer-level ``ccp`` scorer (:mod:`confide.scorers.information`)
+    judges each alternative token alone; here, as in the paper's claim-level
+    definition, the judge sees the claim's words up to the token, so an
+    alternative is read in context.
 
     References: [1] Fadeeva et al., 2024, "Fact-Checking the Output of Large
     Language Models via Token-Level Uncertainty Quantification", ACL Findings.
