@@ -121,3 +121,19 @@ def test_claim_config_refuses_unknown_names():
         ClaimConfig(scorers=("claim_support",), refine_scorer="claim_p_true")
     assert ClaimConfig(scorers=("claim_support",)).n_samples == \
         CLAIM_SCORERS["claim_support"].n_samples
+
+
+@pytest.mark.model
+def test_api_scores_claims_and_refines_them(hf_model):
+    import confide
+
+    config = ClaimConfig(grader=None, scorers=("claim_mean_logprob",))
+    (answer,) = confide.score(hf_model, ["Describe Paris in two sentences."],
+                              max_new_tokens=32, stop=(), claims=config)
+    claims = answer.record.claims
+    assert claims and all(not math.isnan(c.scores["claim_mean_logprob"]) for c in claims)
+    assert "claim_mean_logprob.mean" in answer.confidences
+    middle = sorted(c.scores["claim_mean_logprob"] for c in claims)[len(claims) // 2]
+    refined = confide.refine(answer, middle)
+    assert [d.kept for d in refined.claims] == [c.scores["claim_mean_logprob"] >= middle
+                                                for c in claims]

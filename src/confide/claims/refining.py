@@ -33,6 +33,7 @@ from confide.claims.evaluation import claim_columns
 from confide.claims.run import claim_record
 from confide.decisions.calibration import Calibrator, fit_calibrator
 from confide.errors import InvalidInputError
+from confide.metrics.crossfit import Method
 from confide.options import CHOICES, check_choice, check_option
 from confide.records import Claim, Record
 
@@ -81,13 +82,13 @@ class Refined:
 
 
 def fit_claim_calibrator(records: list[Record], scorer: str, *, grader: str,
-                         method: str = "isotonic") -> Calibrator:
+                         method: Method = "isotonic") -> Calibrator:
     """A calibrator of claim scorer ``scorer`` fitted on the graded claims of ``records``
     (:func:`~confide.decisions.calibration.fit_calibrator`)."""
     cols = claim_columns(records, grader)
     if scorer not in cols.confidence:
         raise InvalidInputError(f"no graded claim has a {scorer!r} score", field="scorer")
-    return fit_calibrator(cols.confidence[scorer], cols.correct, method=method,  # type: ignore[arg-type]
+    return fit_calibrator(cols.confidence[scorer], cols.correct, method=method,
                           scorer=scorer, grader=grader, source="claims")
 
 

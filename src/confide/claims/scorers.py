@@ -199,7 +199,7 @@ def _judge(ctx: ScoringContext) -> Any:
 @claim_scorer("claim_ccp", needs={Need.TOKEN_LOGPROBS, Need.TOP_LOGPROBS}, cost=Cost.FEATURES,
               probability=True)
 def claim_ccp(record: Record, claims: list[Claim], ctx: ScoringContext) -> list[ClaimValue]:
-    r"""Claim-conditioned probability: how much of each token's probability keeps the claim's meaning.
+    r"""Claim-conditioned probability: the share of each token's probability that keeps the claim.
 
     For token :math:`t` of claim :math:`C` with chosen token :math:`y_t` and
     top alternatives :math:`y_t^{(k)}`, let :math:`x_t^{(k)}` be the claim's

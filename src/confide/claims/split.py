@@ -63,6 +63,7 @@ gen col lt sgt capt rev hon gov sen rep pres a.m p.m
 
 _END = re.compile(r"[.!?\u2026]+[\"'\u201d\u2019\u00bb)\]]*(?=\s|$)|[\u3002\uff01\uff1f]+"
                   r"[\u300d\u300f\uff09]*")
+_CLOSERS = "\"')]\u201d\u2019\u00bb"
 _LIST_MARKER = re.compile(r"(?:[-*\u2022\u2013]|\d{1,3}[.)])\s+")
 _INITIAL_OR_ACRONYM = re.compile(r"^(?:[A-Za-z]\.)*[A-Za-z]$")
 
@@ -101,8 +102,8 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
         start = line.start()
         for m in _END.finditer(text, line.start(), line.end()):
             latin = m.group()[0] in ".!?\u2026"
-            if latin and m.group().startswith(".") and len(m.group().rstrip("\"')]\u201d\u2019\u00bb")) == 1 \
-                    and _is_abbreviation(text[start:m.start()]):
+            single_point = m.group().rstrip(_CLOSERS) == "."
+            if latin and single_point and _is_abbreviation(text[start:m.start()]):
                 continue
             if latin and re.fullmatch(r"\s*\d{1,3}", text[line.start():m.start()]):
                 continue  # "1. Third": a numbered list's marker, not a sentence
