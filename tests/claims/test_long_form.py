@@ -26,6 +26,12 @@ def test_long_form_task_asks_for_paragraphs():
     assert load_task("truthfulqa", long_form=True, max_new_tokens=50).max_new_tokens == 50
 
 
+def test_long_form_truthfulqa_on_the_full_file(full_data):
+    task = load_task("truthfulqa", data_path=str(full_data / "truthfulqa" / "TruthfulQA.csv"),
+                     long_form=True)
+    assert len(task.items) == 817 and task.format == "long_form"
+
+
 @pytest.fixture(scope="module")
 def long_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("long") / "run"
