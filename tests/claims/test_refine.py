@@ -65,6 +65,8 @@ def test_refine_refuses_bad_input():
         refine(record, 0.5, action="delete")
     with pytest.raises(InvalidInputError, match="claim_threshold"):
         refine(record, math.inf)
+    with pytest.raises(InvalidInputError, match="no 'claim_p_true' score"):
+        refine(record, 0.5, scorer="claim_p_true")
     with pytest.raises(InvalidInputError, match="scored claims"):
         refine(Record(Item("x", "Q?"), Generation(text="One.")), 0.5)
 

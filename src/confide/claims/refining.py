@@ -143,6 +143,11 @@ def refine(answer: Any, threshold: float, *, scorer: str | None = None,
     if scorer is None:
         scorer = calibrator.scorer if calibrator is not None else next(
             (s for c in claims for s in c.scores), "")
+    if claims and not any(scorer in c.scores for c in claims):
+        # every claim would read NaN and be dropped: a misspelt name, not doubt
+        raise InvalidInputError(f"the claims have no {scorer!r} score; they have "
+                                f"{sorted({s for c in claims for s in c.scores})}",
+                                field="scorer")
     raw = np.array([c.scores.get(scorer, math.nan) for c in claims], dtype=float)
     conf = calibrator.predict(raw) if calibrator is not None and raw.size else raw
     decisions = [ClaimDecision(c.text, c.start, c.end, float(p),
