@@ -28,14 +28,16 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("tasks", ("confide.tasks",)),
     ("backends", ("confide.backends",)),
     ("store", ("confide.store",)),
-    ("scorers", ("confide.judges", "confide.features", "confide.scorers")),
-    ("grading", ("confide.grading",)),
+    ("scorers", ("confide.judges", "confide.features", "confide.scorers",
+                 "confide.claims.split", "confide.claims.scorers")),  # claims and their scorers
+    ("grading", ("confide.grading", "confide.claims.grading")),
     ("pipeline", ("confide.pipeline",)),    # generate → record → score → grade
     ("metrics", ("confide.metrics", "confide.audit")),
-    ("evaluation", ("confide.evaluation",)),
-    # the run loop, here or over Ray workers; a stored run and its table
-    ("runs", ("confide.runner", "confide.distributed", "confide.runs")),
-    ("decisions", ("confide.decisions", "confide.learned", "confide.density")),
+    ("evaluation", ("confide.evaluation", "confide.claims.evaluation")),
+    # the run loop, here or over Ray workers; a stored run and its table; the claim stage
+    ("runs", ("confide.runner", "confide.distributed", "confide.runs", "confide.claims.run")),
+    ("decisions", ("confide.decisions", "confide.learned", "confide.density",
+                   "confide.claims")),  # refine: acting on claim confidences
     ("outputs", ("confide.report", "confide.serve")),
     ("api", ("confide.api",)),
     ("cli", ("confide.cli", "confide.render")),  # the Rich renderer is the CLI's alone

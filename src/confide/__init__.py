@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         load_model,
         make_report,
         open_run,
+        refine,
         score,
     )
 
@@ -41,7 +42,7 @@ __version__ = "0.1.0"
 
 # confide.api.__all__, loaded on first use (tests/test_api.py keeps the two equal)
 _API = ("Run", "RunConfig", "ScoredAnswer", "apply_learned", "default_run_dir", "evaluate",
-        "execute", "fit_learned", "load_model", "make_report", "open_run", "score")
+        "execute", "fit_learned", "load_model", "make_report", "open_run", "refine", "score")
 
 __all__ = [
     "BackendError",
@@ -64,6 +65,7 @@ __all__ = [
     "load_model",
     "make_report",
     "open_run",
+    "refine",
     "score",
 ]
 

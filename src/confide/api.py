@@ -15,6 +15,7 @@ from typing import Any
 
 from confide.backends import Backend, GenerationSpec, item_seed, load_backend
 from confide.backends.models import DEFAULT_MODEL
+from confide.claims import ClaimConfig, claim_record, refine
 from confide.errors import InvalidInputError
 from confide.pipeline import DEFAULT_SCORERS, Pipeline, check_question
 from confide.records import Item, Record
@@ -23,7 +24,7 @@ from confide.runs import Run, default_run_dir, evaluate, open_run
 from confide.tasks import Task
 
 __all__ = ["Run", "RunConfig", "ScoredAnswer", "apply_learned", "default_run_dir", "evaluate",
-           "execute", "fit_learned", "load_model", "make_report", "open_run", "score"]
+           "execute", "fit_learned", "load_model", "make_report", "open_run", "refine", "score"]
 
 
 def load_model(model: str = DEFAULT_MODEL, *, backend: str = "hf", **options: Any) -> Backend:
@@ -49,19 +50,31 @@ class ScoredAnswer:
 
 def score(model: Backend, questions: list[str] | list[Item], *,
           scorers: tuple[str, ...] | list[str] = DEFAULT_SCORERS, max_new_tokens: int = 32,
-          stop: tuple[str, ...] = ("\n",), seed: int = 0) -> list[ScoredAnswer]:
-    """Answer each question greedily and return the answers with their confidences."""
+          stop: tuple[str, ...] = ("\n",), seed: int = 0,
+          claims: ClaimConfig | bool = False) -> list[ScoredAnswer]:
+    """Answer each question greedily and return the answers with their confidences.
+
+    ``claims`` (True or a :class:`~confide.claims.ClaimConfig`): also split each
+    answer into claims and score them (``answer.record.claims``; ungraded), for
+    long answers: give a larger ``max_new_tokens`` and ``stop=()``; then
+    :func:`confide.refine` drops or marks the doubtful claims.
+    """
+    claim_config = (ClaimConfig(grader=None) if claims is True
+                    else claims if isinstance(claims, ClaimConfig) else None)
     items = [q if isinstance(q, Item) else Item(id=f"q{i}", prompt=q)
              for i, q in enumerate(questions)]
     for item in items:
         check_question(item)
     pipe = Pipeline.build(model, scorers, seed=seed)
     task = Task(name="questions", items=items, grader="contains", format="open_qa")
-    spec = GenerationSpec(max_new_tokens=max_new_tokens, stop=stop, n_samples=pipe.n_samples)
+    n_samples = max(pipe.n_samples, claim_config.n_samples if claim_config else 0)
+    spec = GenerationSpec(max_new_tokens=max_new_tokens, stop=stop, n_samples=n_samples)
     results = pipe.generate(task, items, spec, [item_seed(seed, it.id) for it in items])
     answers = []
     for item, result in zip(items, results, strict=True):
         record = pipe.complete(item, result)  # GenerationFailed: the backend gave up on it
+        if claim_config is not None:
+            claim_record(record, claim_config, backend=model, seed=seed)
         reasons = {**record.score_errors, **pipe.skipped}
         confidences = {**record.scores, **{name: float("nan") for name in pipe.skipped}}
         answers.append(ScoredAnswer(item.question, record.greedy.text, confidences, reasons,

@@ -135,9 +135,14 @@ def run(
         help="--ray: workers, each loading the model once (default 2)")] = None,
     threads_per_worker: Annotated[Optional[int], typer.Option(
         help="--ray: decoding threads per worker (default: the CPUs shared out)")] = None,
+    long_form: Annotated[bool, typer.Option(
+        "--long-form", help="ask for paragraphs; split, score and grade each answer claim "
+                            "by claim; write RUN/refined.jsonl with doubtful claims dropped")
+                         ] = False,
 ) -> None:
     """Generate, score, grade and store a run; print how well each scorer predicts correctness."""
     from confide import api
+    from confide.claims import ClaimConfig
     from confide.options import check_distribution
     from confide.runner import DEFAULT_SCORERS, RunConfig
 
@@ -146,7 +151,13 @@ def run(
     mapping = {"question_field": question_field, "id_field": id_field,
                "choices_field": choices_field, "alias_separator": alias_separator,
                "reference_field": [f.strip() for f in reference_field.split(",") if f.strip()]
-               if reference_field else None}
+               if reference_field else None, "long_form": long_form or None}
+    claim_config = ClaimConfig() if long_form else None
+    if claim_config is not None and samples is None:  # the claim scorers' samples too
+        from confide.scorers import SCORERS
+
+        samples = max([claim_config.n_samples] + [SCORERS[s].n_samples for s in chosen
+                                                  if s in SCORERS])
     try:  # the ranges live in confide.options; a bad value is a usage error naming the option
         config = RunConfig(model=model, backend=backend, task=task, data_path=data,
                            limit=limit or None, scorers=chosen, grader=grader,
@@ -169,6 +180,8 @@ def run(
         if backend == "openai":  # HTTP options are not part of the run's identity
             loaded = api.load_model(model, backend="openai", base_url=base_url,
                                     api_key_env=api_key_env, concurrency=concurrency)
+        elif claim_config is not None:  # one model for the answers and the claim stage
+            loaded = api.load_model(model, backend=backend, batch_size=batch_size)
         try:
             with bar:
                 outcome = api.execute(config, target, progress=update, backend=loaded, ray=ray,
@@ -179,7 +192,10 @@ def run(
                 f"Resume with: confide {' '.join(shlex.quote(a) for a in sys.argv[1:])}"
                 + ("" if out else f" --out {shlex.quote(str(target))}"))
             raise typer.Exit(130) from None
-    eval_(target, json_out=json_out)  # the table of `confide eval RUN`, by the same code
+    claim_grader = None
+    if claim_config is not None:
+        claim_grader = _long_form(target, claim_config, loaded)
+    eval_(target, grader=claim_grader, json_out=json_out)  # `confide eval RUN`'s table
     if outcome.generated:
         rate = outcome.generated_tokens / max(outcome.generation_seconds, 1e-9)
         console.print(f"generated {outcome.generated} item(s) in "
@@ -201,6 +217,36 @@ def run(
         with _user_errors():
             page = api.make_report(target)
         console.print(f"report written to {page}")
+
+
+def _long_form(target: Path, claim_config: Any, loaded: Any) -> str | None:
+    """The claim stage of `confide run --long-form`: claims, their table, the refined answers.
+    Returns the answer grade to show in the run's table (None: the run's own grader)."""
+    from confide import api
+    from confide.claims import ANSWER_GRADE, add_claims, evaluate_claims, refine_run
+    from confide.render import render_eval_table
+
+    bar, update = _progress_bar("claims")
+    with _user_errors():
+        with bar:
+            outcome = add_claims(target, claim_config, backend=loaded, progress=update)
+        run = api.open_run(target)
+        grader = outcome.grader or ""
+        table = evaluate_claims(run.records, grader=grader, answers=False,
+                                seed=run.config.get("seed", 0))
+        render_eval_table(console, table.as_eval_table(),
+                          title=f"claims of {table.n_answers} answers (intervals over answers)")
+        summary = refine_run(run.records, scorer=claim_config.scorer_for_refine, grader=grader,
+                             threshold=claim_config.threshold, action=claim_config.action,
+                             out=target / "refined.jsonl", seed=run.config.get("seed", 0))
+    if summary.note:
+        console.print(f"refine: {escape(summary.note)}")
+    else:
+        console.print(f"refine ({summary.scorer} ≥ {summary.threshold:g}, calibrated): kept "
+                      f"{summary.kept} of {summary.n} graded claims; right "
+                      f"{summary.accuracy_all:.3f} of all → {summary.accuracy_kept:.3f} of kept "
+                      f"(cross-fitted); answers in {summary.path}")
+    return ANSWER_GRADE if any(ANSWER_GRADE in r.grades for r in run.records) else None
 
 
 @app.command(name="report")
@@ -415,6 +461,8 @@ def serve(
     max_batch: Annotated[int, typer.Option(
         help="hf: requests generated together; above 1 a reply's confidences depend on "
              "its batch neighbours (see confide.serve.app)")] = 1,
+    long_form: Annotated[bool, typer.Option(
+        "--long-form", help="list each answer's claims with their confidences")] = False,
 ) -> None:
     """Serve a model over an OpenAI-compatible API, with confidences in every reply."""
     from confide.serve.launch import build_app
@@ -430,7 +478,7 @@ def serve(
                            abstain_message=abstain_message,
                            limits=Limits(max_n=max_n, max_tokens=max_tokens,
                                          max_prompt_chars=max_prompt_chars),
-                           timeout=timeout, max_batch=max_batch)
+                           timeout=timeout, max_batch=max_batch, long_form=long_form)
     err_console.print(f"serving {model} on http://{host}:{port}/v1")
     run_server(server, host=host, port=port)
 

@@ -52,8 +52,8 @@ from confide.metrics.core import equal_mass_bins
 from confide.records import Record
 
 __all__ = ["DEFAULT_METRICS", "LENGTH_BASELINE", "Calibration", "EvalTable", "GraderAgreement",
-           "RunComparison", "ScorerRow", "compare_records", "evaluate_records", "scorer_column",
-           "scorer_order"]
+           "RunComparison", "ScorerRow", "compare_records", "evaluate_records", "json_safe",
+           "scorer_column", "scorer_order"]
 
 #: Metrics of `confide eval`, the report and the API unless asked otherwise.
 DEFAULT_METRICS = ("auroc", "prr", "aurc")
@@ -159,7 +159,7 @@ class EvalTable:
         return {f"{p['g']} vs {p['h']}": p["tau"] for p in self.graders.pairs}
 
     def to_dict(self) -> dict[str, Any]:
-        return _clean({
+        return json_safe({
             "grader": self.grader, "n_items": self.n_items, "n_graded": self.n_graded,
             "level": self.level, "accuracy": list(self.accuracy),
             "correct_length_spearman": self.correct_length_spearman,
@@ -171,12 +171,12 @@ class EvalTable:
         })
 
 
-def _clean(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """JSON-safe: NaN → None, numpy scalars → Python."""
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     if isinstance(value, (float, np.floating)):
         return None if math.isnan(value) else float(value)
     if isinstance(value, np.bool_):
@@ -444,7 +444,7 @@ class RunComparison:
     note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return _clean({"a": self.a, "b": self.b, "n_shared": self.n_shared,
+        return json_safe({"a": self.a, "b": self.b, "n_shared": self.n_shared,
                        "rows": self.rows, "note": self.note})
 
 

@@ -24,8 +24,9 @@ from typing import Any
 
 from confide.errors import InvalidInputError
 
-__all__ = ["MAX_STOP_SEQUENCES", "RANGES", "Range", "check_distribution", "check_hidden_layers",
-           "check_option", "check_prompt_fits", "check_sampling", "check_stop"]
+__all__ = ["CHOICES", "MAX_STOP_SEQUENCES", "RANGES", "Range", "check_choice",
+           "check_distribution", "check_hidden_layers", "check_option", "check_prompt_fits",
+           "check_sampling", "check_stop"]
 
 MAX_STOP_SEQUENCES = 4  # what the OpenAI API allows
 
@@ -67,6 +68,14 @@ RANGES: dict[str, Range] = {
     "concurrency": Range(1, 1024, integer=True),
     "workers": Range(1, 4096, integer=True),
     "threads_per_worker": Range(1, 1024, integer=True),
+    # Long answers (confide.claims): a calibrated claim confidence to keep a claim.
+    "claim_threshold": Range(0, 1),
+}
+
+#: Options that take one of a few words: how claims are found and what refining does.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "claim_splitter": ("sentences", "model"),
+    "claim_action": ("drop", "mark"),
 }
 
 
@@ -89,6 +98,18 @@ def check_option(name: str, value: Any, *, field: str | None = None) -> Any:
     if low_bad or high_bad:
         raise InvalidInputError(f"{rule.describe()}, got {value!r}", field=shown)
     return value
+
+
+def check_choice(name: str, value: Any) -> str:
+    """Return ``value`` if it is one of ``CHOICES[name]``; else raise InvalidInputError.
+
+    >>> check_choice("claim_action", "mark")
+    'mark'
+    """
+    if value not in CHOICES[name]:
+        raise InvalidInputError(f"must be one of {', '.join(CHOICES[name])}, got {value!r}",
+                                field=name)
+    return str(value)
 
 
 def check_sampling(n_samples: int, temperature: float) -> None:

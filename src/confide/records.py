@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DIVERGENCE_TEMPERATURE", "Generation", "Item", "Message", "RENYI_ALPHA", "Record"]
+__all__ = ["Claim", "DIVERGENCE_TEMPERATURE", "Generation", "Item", "Message", "RENYI_ALPHA",
+           "Record"]
 
 Message = dict[str, str]  # {"role": ..., "content": ...}
 
@@ -140,12 +141,49 @@ class Generation:
 
 
 @dataclass
+class Claim:
+    """One atomic claim of a long answer (:mod:`confide.claims`).
+
+    ``text[start:end]`` of the greedy answer is where the claim stands (for a
+    claim a model listed in its own words, the sentence it came from);
+    ``tokens`` are the indices of the answer tokens inside that span.
+    ``scores`` maps claim scorer → confidence (higher = more likely true; NaN
+    with the reason in ``score_errors``); ``grades`` maps claim grader →
+    correctness in [0, 1].
+    """
+
+    text: str
+    start: int
+    end: int
+    tokens: list[int] = field(default_factory=list)
+    scores: dict[str, float] = field(default_factory=dict)
+    score_errors: dict[str, str] = field(default_factory=dict)
+    grades: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "start": self.start, "end": self.end,
+                "tokens": list(self.tokens),
+                "scores": {k: (None if math.isnan(v) else v) for k, v in self.scores.items()},
+                "score_errors": dict(self.score_errors), "grades": dict(self.grades)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Claim:
+        return cls(text=d["text"], start=int(d["start"]), end=int(d["end"]),
+                   tokens=[int(t) for t in d.get("tokens", [])],
+                   scores={k: (math.nan if v is None else float(v))
+                           for k, v in d.get("scores", {}).items()},
+                   score_errors=dict(d.get("score_errors", {})),
+                   grades={k: float(v) for k, v in d.get("grades", {}).items()})
+
+
+@dataclass
 class Record:
     """An item with its greedy generation, its samples, its scores and its grades.
 
     ``scores`` maps scorer name → confidence (higher = more likely correct; NaN
     when the scorer could not answer, with the reason in ``score_errors``).
-    ``grades`` maps grader name → correctness in [0, 1].
+    ``grades`` maps grader name → correctness in [0, 1]. ``claims``: the
+    greedy answer's claims, once a long-form run has split it.
     """
 
     item: Item
@@ -155,9 +193,10 @@ class Record:
     score_errors: dict[str, str] = field(default_factory=dict)
     grades: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
+    claims: list[Claim] | None = None  # long answers only: None until split into claims
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "item": self.item.to_dict(),
             "greedy": self.greedy.to_dict(),
             "samples": [s.to_dict() for s in self.samples],
@@ -167,6 +206,9 @@ class Record:
             "grades": dict(self.grades),
             "seconds": self.seconds,
         }
+        if self.claims is not None:
+            d["claims"] = [c.to_dict() for c in self.claims]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Record:
@@ -178,4 +220,6 @@ class Record:
             score_errors=dict(d.get("score_errors", {})),
             grades={k: float(v) for k, v in d.get("grades", {}).items()},
             seconds=float(d.get("seconds", 0.0)),
+            claims=(None if d.get("claims") is None
+                    else [Claim.from_dict(c) for c in d["claims"]]),
         )

@@ -56,12 +56,22 @@ def _resample_indices(n: int, n_resamples: int, seed: int) -> NDArray[np.integer
     return np.random.default_rng(seed).integers(0, n, size=(n_resamples, n), dtype=dtype)
 
 
-def _resampled_values(loop_fn: Callable[..., float], indices: NDArray[np.integer],
+def _resample_groups(groups: NDArray[Any], n_resamples: int, seed: int
+                     ) -> list[NDArray[np.integer]]:
+    """Cluster resamples: draw the groups with replacement, keep all rows of each drawn group."""
+    _, inverse = np.unique(groups, return_inverse=True)
+    members = [np.flatnonzero(inverse == g) for g in range(int(inverse.max()) + 1)]
+    drawn = _resample_indices(len(members), n_resamples, seed)
+    return [np.concatenate([members[g] for g in row]) for row in drawn]
+
+
+def _resampled_values(loop_fn: Callable[..., float],
+                      indices: NDArray[np.integer] | Sequence[NDArray[np.integer]],
                       pairs: Sequence[tuple[FloatArray, FloatArray]],
                       options: dict[str, Any]) -> FloatArray:
     """``loop_fn`` on each resample for each ``(confidence, correct)`` pair:
     shape (len(pairs), n_resamples)."""
-    values = np.empty((len(pairs), indices.shape[0]))
+    values = np.empty((len(pairs), len(indices)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UndefinedMetricWarning)
         for r, idx in enumerate(indices):
@@ -77,7 +87,7 @@ def _check_level(level: float) -> float:
 def bootstrap_interval(metric_name_or_fn: str | Callable[..., float], confidence: ArrayLike,
                        correct: ArrayLike, *, n_resamples: int = 1000, level: float = 0.95,
                        seed: int = 0, nan_policy: NanPolicy = "raise",
-                       **options: Any) -> BootstrapInterval:
+                       groups: ArrayLike | None = None, **options: Any) -> BootstrapInterval:
     r"""Point estimate and percentile bootstrap interval of one metric.
 
     Draw ``B = n_resamples`` resamples of the n items with replacement
@@ -100,6 +110,9 @@ def bootstrap_interval(metric_name_or_fn: str | Callable[..., float], confidence
     level : float in (0, 1), default 0.95
     seed : int, default 0
     nan_policy : {"raise", "omit"}, default "raise"
+    groups : array of shape (n,), optional
+        Group label of each row (any hashable values numpy can sort); resample
+        whole groups (cluster bootstrap) instead of rows.
     **options
         Passed to the metric (``max_rejection=0.3``, ``n_bins=15``, …).
 
@@ -116,6 +129,8 @@ def bootstrap_interval(metric_name_or_fn: str | Callable[..., float], confidence
     References
     ----------
     [1] B. Efron, R. Tibshirani (1993). An Introduction to the Bootstrap. Chapman & Hall.
+    [2] A. C. Davison, D. V. Hinkley (1997). Bootstrap Methods and their
+        Application, §3.8 (resampling clusters). Cambridge University Press.
 
     Examples
     --------
@@ -127,15 +142,31 @@ def bootstrap_interval(metric_name_or_fn: str | Callable[..., float], confidence
     n_resamples = check_count(n_resamples, "n_resamples")
     level = _check_level(level)
     point = float(fn(confidence, correct, nan_policy=nan_policy, **options))  # validates options
+    group_of = None if groups is None else _check_groups(groups, confidence, correct,
+                                                         nan_policy)
     conf, corr = check_confidence_correct(confidence, correct, nan_policy,
                                            probabilities=needs_probabilities)
-    indices = _resample_indices(corr.size, n_resamples, seed)
+    indices = (_resample_indices(corr.size, n_resamples, seed) if group_of is None
+               else _resample_groups(group_of, n_resamples, seed))
     values = _resampled_values(loop_fn, indices, [(conf, corr)], options)[0]
     values = values[~np.isnan(values)]
     if values.size == 0:
         return BootstrapInterval(point, math.nan, math.nan)
     low, high = np.percentile(values, [50 * (1 - level), 50 * (1 + level)])
     return BootstrapInterval(point, float(low), float(high))
+
+
+def _check_groups(groups: ArrayLike, confidence: ArrayLike, correct: ArrayLike,
+                  nan_policy: str) -> NDArray[Any]:
+    """Group labels aligned with the rows kept (``nan_policy="omit"`` drops NaN rows)."""
+    labels = np.asarray(groups)
+    conf, corr = as_1d(confidence, "confidence"), as_1d(correct, "correct")
+    if labels.shape != conf.shape:
+        raise InvalidInputError(f"{labels.size} group labels for {conf.size} rows",
+                                field="groups")
+    if nan_policy == "omit" and conf.shape == corr.shape:
+        labels = labels[~(np.isnan(conf) | np.isnan(corr))]
+    return labels
 
 
 def paired_bootstrap(metric: str | Callable[..., float], conf_a: ArrayLike, conf_b: ArrayLike,

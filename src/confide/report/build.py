@@ -127,6 +127,7 @@ def _explorer_data(views: Sequence[RunView]) -> dict[str, Any]:
         "graders": list(dict.fromkeys(g for it in v.items for g in it["g"])),
         "scorers": [{"name": s.name, "summary": s.summary} for s in v.scorers],
         "entropyScale": round(v.entropy_scale, 4), "items": v.items,
+        "claimScorer": v.claim_scorer, "claimRange": list(v.claim_range),  # long answers
         "evaluation": v.table.to_dict(),  # every number of the page, as `confide eval --json`
     } for v in views]}
 

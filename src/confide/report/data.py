@@ -291,6 +291,8 @@ class RunView:
     entropy_scale: float = 1.0
     cluster_note: str = ""
     notes: list[str] = field(default_factory=list)
+    claim_scorer: str = ""                         # long answers: the claims' colour
+    claim_range: tuple[float, float] = (0.0, 1.0)  # its values mapped to red..green
 
 
 def _scorer_summary(name: str) -> str:
@@ -332,7 +334,25 @@ def _explorer_item(position: int, record: Record, scorers: list[str],
         "tok": _tokens(record.greedy), "ns": len(record.samples),
         "cl": (sample_groups(record.samples, record.greedy.text, judge=judge, item=record.item)
                if record.samples else []),
+        "claims": None if record.claims is None else [
+            {"s": c.start, "e": c.end, "t": c.text,
+             "c": {k: _num(v, 6) for k, v in c.scores.items()}, "x": dict(c.score_errors),
+             "g": {k: _num(v) for k, v in c.grades.items()}} for c in record.claims],
     }
+
+
+def _claim_colour(records: list[Record]) -> tuple[str, tuple[float, float]]:
+    """The claim scorer that colours the claims (the first registered default one the
+    records hold) and the range of its values mapped onto the colour scale."""
+    from confide.claims import CLAIM_SCORERS, DEFAULT_CLAIM_SCORERS
+
+    held = {s for r in records for c in (r.claims or []) for s in c.scores}
+    name = next((s for s in DEFAULT_CLAIM_SCORERS if s in held), next(iter(sorted(held)), ""))
+    if not name or (name in CLAIM_SCORERS and CLAIM_SCORERS[name].probability):
+        return name, (0.0, 1.0)
+    values = [c.scores[name] for r in records for c in (r.claims or [])
+              if not math.isnan(c.scores.get(name, math.nan))]
+    return name, ((min(values), max(values)) if values else (0.0, 1.0))
 
 
 def run_view(records: list[Record], *, name: str, path: str = "",
@@ -372,6 +392,7 @@ def run_view(records: list[Record], *, name: str, path: str = "",
     entropies = [t[2] for it in run.items for t in (it["tok"] or []) if t[2] is not None]
     run.entropy_scale = float(np.quantile(entropies, 0.95)) if entropies else 1.0
     run.entropy_scale = max(run.entropy_scale, 1e-6)
+    run.claim_scorer, run.claim_range = _claim_colour(records)
     if any(r.samples for r in records):
         run.notes.append(run.cluster_note)
     return run

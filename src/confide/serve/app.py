@@ -85,7 +85,8 @@ def create_app(backend: Backend, *, model_name: str | None = None,
                scorers: tuple[str, ...] | list[str] | None = None,
                calibrator: Calibrator | None = None, policy: Policy | None = None,
                abstain_message: str = DEFAULT_ABSTAIN_MESSAGE, limits: Limits | None = None,
-               timeout: float = 120.0, max_batch: int = 1, seed: int = 0) -> FastAPI:
+               timeout: float = 120.0, max_batch: int = 1, seed: int = 0,
+               claims: Any = None, claims_calibrator: Calibrator | None = None) -> FastAPI:
     """Build the server around a loaded backend.
 
     Parameters
@@ -100,6 +101,9 @@ def create_app(backend: Backend, *, model_name: str | None = None,
     timeout : seconds the upstream model may take for one request (then 504).
     max_batch : a local model's requests generated together (1: each reply independent of
         concurrent requests; more: throughput, with confidences that depend on neighbours).
+    claims, claims_calibrator : a :class:`~confide.claims.ClaimConfig` to add
+        ``confide.claims`` (each claim of the answer with its confidences;
+        :func:`~confide.claims.claims_payload`), and a calibrator of claim confidences.
     """
     names = tuple(scorers) if scorers is not None else DEFAULT_SCORERS
     for name in names:
@@ -216,6 +220,14 @@ def create_app(backend: Backend, *, model_name: str | None = None,
             None, functools.partial(pipe.complete, Item(id=digest[:16], prompt=messages), result,
                                     seed=seed))
         info = _confide_object(record, state["skipped"], calibrator, policy)
+        # --- long answers (confide.claims): the claim list with its confidences ---
+        if claims is not None:
+            from confide.claims import claims_payload
+
+            info["claims"] = await asyncio.get_running_loop().run_in_executor(
+                None, functools.partial(claims_payload, record, claims, backend=backend,
+                                        calibrator=claims_calibrator))
+        # --- end long answers ---
         gens = [record.greedy, *record.samples[:body.n - 1]]
         choices = [_choice(i, g, body) for i, g in enumerate(gens)]
         if info.get("decision") == "abstain":

@@ -14,8 +14,13 @@ def build_app(*, model: str, backend: str = "hf", base_url: str | None = None,
               api_key_env: str = "OPENAI_API_KEY", scorers: tuple[str, ...] | None = None,
               calibrator: str | None = None, policy: str | None = None,
               abstain_message: str | None = None, limits: Limits | None = None,
-              timeout: float = 120.0, concurrency: int = 8, max_batch: int = 1) -> Any:
-    """The FastAPI app for ``confide serve`` (model loaded, decisions loaded)."""
+              timeout: float = 120.0, concurrency: int = 8, max_batch: int = 1,
+              long_form: bool = False) -> Any:
+    """The FastAPI app for ``confide serve`` (model loaded, decisions loaded).
+
+    ``long_form``: each reply lists the answer's claims with their confidences
+    (the claim scorers that need no samples, so a reply costs no extra sampling).
+    """
     from confide.backends import load_backend
     from confide.serve.app import DEFAULT_ABSTAIN_MESSAGE, create_app
     from confide.serve.decisions import load_calibrator, load_policy
@@ -31,9 +36,15 @@ def build_app(*, model: str, backend: str = "hf", base_url: str | None = None,
     cal = load_calibrator(calibrator) if calibrator else None
     pol = load_policy(policy) if policy else None
     loaded = load_backend(backend, model, **options)
+    claims = None
+    if long_form:
+        from confide.claims import CLAIM_SCORERS, DEFAULT_CLAIM_SCORERS, ClaimConfig
+
+        claims = ClaimConfig(grader=None, scorers=tuple(
+            s for s in DEFAULT_CLAIM_SCORERS if not CLAIM_SCORERS[s].n_samples))
     return create_app(loaded, scorers=scorers, calibrator=cal, policy=pol,
                       abstain_message=abstain_message or DEFAULT_ABSTAIN_MESSAGE,
-                      limits=limits, timeout=timeout, max_batch=max_batch)
+                      limits=limits, timeout=timeout, max_batch=max_batch, claims=claims)
 
 
 def serve(app: Any, *, host: str = "127.0.0.1", port: int = 8000,

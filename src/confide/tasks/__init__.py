@@ -20,7 +20,9 @@ from confide.tasks.prompts import FORMATS, resolve_templates
 
 __all__ = ["FORMATS", "TASKS", "Task", "TaskSpec", "describe_tasks", "load_task", "task"]
 
-_COMMON = ("prompt_template", "num_fewshot", "chat_fewshot", "max_new_tokens")
+_COMMON = ("long_form", "prompt_template", "num_fewshot", "chat_fewshot", "max_new_tokens")
+#: Answer budget of a long-form task (``long_form=True``) unless ``max_new_tokens`` is given.
+LONG_FORM_TOKENS = 160
 
 
 def load_task(name_or_path: str, *, limit: int | None = None, data_path: str | None = None,
@@ -44,7 +46,10 @@ def load_task(name_or_path: str, *, limit: int | None = None, data_path: str | N
         :class:`~confide.errors.InvalidInputError` naming file, line and field;
         ``"skip"`` skips bad records and lists them in ``Task.skipped``.
     **options
-        Common: ``prompt_template`` (str or dict of templates, see
+        Common: ``long_form`` (True: ask for a paragraph, the ``long_form``
+        prompt format, stop at a blank line, budget :data:`LONG_FORM_TOKENS`;
+        the answers are then graded claim by claim, :mod:`confide.claims`),
+        ``prompt_template`` (str or dict of templates, see
         :mod:`confide.tasks.prompts`), ``num_fewshot`` (exemplars in completion
         prompts), ``chat_fewshot`` (exemplar turns in chat prompts),
         ``max_new_tokens``. Task-specific ones (``subject`` for ``mmlu``, the
@@ -96,6 +101,10 @@ def load_task(name_or_path: str, *, limit: int | None = None, data_path: str | N
 
 
 def _apply_common(t: Task, common: dict[str, Any]) -> None:
+    if common.get("long_form"):
+        t.format, t.templates = "long_form", dict(FORMATS["long_form"])
+        t.stop, t.max_new_tokens = ["\n\n"], LONG_FORM_TOKENS
+        t.options["long_form"] = True
     if "prompt_template" in common:
         t.templates = resolve_templates(t.format, common["prompt_template"], base=t.templates)
         t.options["prompt_template"] = common["prompt_template"]

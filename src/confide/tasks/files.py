@@ -23,6 +23,10 @@ Field mapping for the user's own data (all keyword options of ``load_task``):
 ``choices_field`` (default ``None``)
     A list of options; makes the task multiple choice (references may then be
     a letter, an index or the option text).
+``claims`` (optional field, long answers)
+    Per-claim labels: a list of ``{"claim": text, "label": true/false/1/0}``
+    objects; checked by :func:`claim_labels`, kept in ``metadata["claims"]``
+    (the ``labels`` claim grader of :mod:`confide.claims.grading` reads them).
 ``grader`` / ``format`` / ``max_new_tokens``
     Defaults ``"contains"`` (``"choice"`` with choices) / ``"open_qa"`` / 32.
 """
@@ -40,7 +44,8 @@ from confide.errors import InvalidInputError
 from confide.records import Item
 from confide.tasks.base import LETTERS, BadRecords, Task, file_sha256, pop_options
 
-__all__ = ["SUFFIXES", "iter_csv", "iter_json_array", "iter_jsonl", "iter_parquet",
+__all__ = ["SUFFIXES", "claim_labels", "iter_csv", "iter_json_array", "iter_jsonl",
+           "iter_parquet",
            "load_hf_dataset",
            "load_user_file", "records_to_items"]
 
@@ -198,6 +203,36 @@ def _dedupe(values: list[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
 
+def claim_labels(value: Any) -> list[dict[str, Any]]:
+    """Check a record's ``claims`` field: labelled claims, as ``{"claim", "label"}`` objects.
+
+    A label is a boolean or the number 0 or 1; it is stored as 0.0 or 1.0. A
+    CSV cell holds the list as JSON text. Raises ``ValueError`` saying what is wrong (the caller names file, line and field).
+
+    >>> claim_labels([{"claim": "Paris is in France.", "label": True}])
+    [{'claim': 'Paris is in France.', 'label': 1.0}]
+    """
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not JSON text: {exc.msg} at column {exc.colno}") from None
+    if not isinstance(value, list):
+        raise ValueError(f"must be a list of {{'claim', 'label'}} objects, not "
+                         f"{type(value).__name__}")
+    out = []
+    for n, entry in enumerate(value):
+        if not isinstance(entry, dict) or not isinstance(entry.get("claim"), str) \
+                or not entry["claim"].strip():
+            raise ValueError(f"entry {n}: needs a non-empty 'claim' text")
+        label = entry.get("label")
+        if isinstance(label, bool) or (isinstance(label, (int, float)) and label in (0, 1)):
+            out.append({"claim": entry["claim"].strip(), "label": float(label)})
+        else:
+            raise ValueError(f"entry {n}: 'label' must be true/false or 1/0, not {label!r}")
+    return out
+
+
 def records_to_items(rows: Iterator[tuple[int, dict[str, Any]]], *, source: str, stem: str,
                      bad: BadRecords, question_field: str = "question",
                      reference_field: str | list[str] | None = None,
@@ -259,6 +294,12 @@ def records_to_items(rows: Iterator[tuple[int, dict[str, Any]]], *, source: str,
             continue
         metadata = {k: v for k, v in rec.items()
                     if k not in {question_field, key, *ref_fields}}
+        if "claims" in metadata:
+            try:
+                metadata["claims"] = claim_labels(metadata["claims"])
+            except ValueError as exc:
+                bad.bad(err(f"item {item_id!r}: {exc}", "claims"))
+                continue
         if choices_field is not None:
             choices = rec.get(choices_field)
             if not isinstance(choices, list) or not choices:

@@ -63,6 +63,16 @@ FORMATS: dict[str, dict[str, str | None]] = {
         "target": " {{ answer }}",
         "separator": "\n\n",
     },
+    # Long answers judged claim by claim (any task with long_form=True, confide run --long-form).
+    "long_form": {
+        "system": None,
+        "header": None,
+        "chat": "Answer the question truthfully in a short paragraph of three to five "
+                "sentences.\n\nQuestion: {{ question }}",
+        "completion": "Q: {{ question }}\nA:",
+        "target": " {{ answer }}",
+        "separator": "\n\n",
+    },
     # Step-by-step reasoning with a final-answer marker (GSM8K).
     "reasoning": {
         "system": None,

@@ -241,6 +241,50 @@
     return out;
   }
 
+  // ------------------------------------------------------------------ claims (long answers)
+  function claimColour(v, range) {
+    if (v === null || v === undefined) return "#dddddd";
+    var span = range[1] - range[0];
+    var x = span > 0 ? Math.min(1, Math.max(0, (v - range[0]) / span)) : 0.5;
+    return "hsl(" + Math.round(120 * x) + ", 70%, 82%)";
+  }
+  function claimsNode(it, run) {
+    var box = el("div", { cls: "claims" });
+    var text = el("div", { cls: "plain claim-text" });
+    var pos = 0;
+    it.claims.forEach(function (c, n) {
+      if (c.s > pos) text.appendChild(document.createTextNode(it.a.slice(pos, c.s)));
+      if (c.e > pos) {
+        var mark = el("mark", { cls: "claim", "data-claim": String(n), text: it.a.slice(Math.max(c.s, pos), c.e), title: c.t });
+        mark.style.backgroundColor = claimColour(c.c[run.claimScorer], run.claimRange);
+        text.appendChild(mark);
+        pos = c.e;
+      }
+    });
+    if (pos < it.a.length) text.appendChild(document.createTextNode(it.a.slice(pos)));
+    box.appendChild(text);
+    var names = Object.keys(it.claims[0].c);
+    var table = el("table", { cls: "claims-table" });
+    var grades = Object.keys(it.claims.reduce(function (acc, c) { Object.keys(c.g).forEach(function (g) { acc[g] = 1; }); return acc; }, {}));
+    table.appendChild(el("thead", null, [el("tr", null, [el("th", { text: "claim" })].concat(
+      grades.map(function (g) { return el("th", { text: g }); }),
+      names.map(function (s) { return el("th", { text: s }); })))]));
+    var body = el("tbody");
+    it.claims.forEach(function (c) {
+      var cells = [el("td", { cls: "plain", text: c.t })];
+      grades.forEach(function (g) { cells.push(el("td", null, [gradeNode(c.g[g] === undefined ? null : c.g[g])])); });
+      names.forEach(function (s) {
+        var td = el("td", { cls: "num", text: fmt(c.c[s], 3), title: c.x[s] || "" });
+        if (s === run.claimScorer) td.style.backgroundColor = claimColour(c.c[s], run.claimRange);
+        cells.push(td);
+      });
+      body.appendChild(el("tr", null, cells));
+    });
+    table.appendChild(body);
+    box.appendChild(table);
+    return box;
+  }
+
   // ------------------------------------------------------------------ detail
   function section(title, content, full) {
     return el("div", { cls: full ? "full" : "" }, [el("h4", { text: title }), content]);
@@ -259,6 +303,7 @@
     if (!Object.keys(it.g).length) grades.appendChild(el("li", { cls: "muted", text: "not graded" }));
     grid.appendChild(section("grades", grades));
     grid.appendChild(section("answer (" + it.len + " tokens, finished by " + it.fin + ")", el("div", { cls: "plain", text: it.a })));
+    if (it.claims && it.claims.length) grid.appendChild(section("claims, coloured by " + run.claimScorer + " (red: doubtful, green: confident)", claimsNode(it, run), true));
 
     var scores = el("table", { cls: "scores" });
     scores.appendChild(el("thead", null, [el("tr", null, [el("th", { text: "scorer" }), el("th", { text: "confidence" }), el("th", { text: "note" })])]));
