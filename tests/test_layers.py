@@ -28,9 +28,12 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("tasks", ("confide.tasks",)),
     ("backends", ("confide.backends",)),
     ("store", ("confide.store",)),
-    ("scorers", ("confide.judges", "confide.features", "confide.scorers")),
+    ("scorers", ("confide.judges", "confide.features", "confide.scorers",
+                 "confide.summary")),  # summary: the sampled answers' clusters in words
     ("grading", ("confide.grading",)),
-    ("pipeline", ("confide.pipeline",)),    # generate → record → score → grade
+    ("pipeline", ("confide.pipeline",       # generate → record → score → grade
+                  "confide.streaming",      # token by token, early abstention
+                  "confide.selfreflect")),  # how faithful a summary is (a judge model)
     ("metrics", ("confide.metrics", "confide.audit")),
     ("evaluation", ("confide.evaluation",)),
     ("runs", ("confide.runner", "confide.runs")),  # the run loop; a stored run and its table

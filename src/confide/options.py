@@ -64,6 +64,10 @@ RANGES: dict[str, Range] = {
     "n": Range(1, 128, integer=True),
     "seed": Range(integer=True),
     "concurrency": Range(1, 1024, integer=True),
+    # Early abstention (confide.streaming): stop once the running confidence, a
+    # geometric-mean token probability in (0, 1], falls below this after that many tokens.
+    "early_abstain_below": Range(0, 1, low_open=True),
+    "early_abstain_after": Range(1, 1_000_000, integer=True),
 }
 
 
