@@ -21,13 +21,15 @@ from confide.pipeline import DEFAULT_SCORERS, Pipeline, check_question
 from confide.records import Item, Record
 from confide.runner import RunConfig, execute
 from confide.runs import Run, default_run_dir, evaluate, open_run
+from confide.selfreflect import SelfReflectResult, selfreflect_distance
 from confide.streaming import EarlyAbstention, StreamEnd, TokenUpdate, stream_answer
 from confide.summary import UncertaintySummary, summarize
 from confide.tasks import Task
 
-__all__ = ["EarlyAbstention", "Run", "RunConfig", "ScoredAnswer", "StreamEnd", "TokenUpdate",
-           "UncertaintySummary", "apply_learned", "default_run_dir", "evaluate", "execute",
-           "fit_learned", "load_model", "make_report", "open_run", "score", "stream"]
+__all__ = ["EarlyAbstention", "Run", "RunConfig", "ScoredAnswer", "SelfReflectResult",
+           "StreamEnd", "TokenUpdate", "UncertaintySummary", "apply_learned", "default_run_dir",
+           "evaluate", "execute", "fit_learned", "load_model", "make_report", "open_run", "score",
+           "selfreflect_distance", "stream", "summarize"]
 
 
 def load_model(model: str = DEFAULT_MODEL, *, backend: str = "hf", **options: Any) -> Backend:
