@@ -11,9 +11,9 @@ answer :math:`t \in T` and each of its words :math:`w` (stopwords skipped unless
 the answer has nothing else), the task :math:`(t, w)` is "fill in the missing
 word of :math:`t` with :math:`w` replaced by ``_``", asked after
 
-* the summary: user "Question: q", assistant :math:`s`, user the task; or
-* the distribution: user "Question: q. Sample N answers", assistant
-  ``x_1 = 'a_1'`` ... ``x_N = 'a_N'``, user the task.
+* the summary: "Question: q", "Answer: :math:`s`", then the task; or
+* the distribution: "Question: q", then the answers :math:`a_1 \dots a_N` listed,
+  then the task.
 
 With :math:`p_s` and :math:`p_A` the judge's next-token distributions in the
 two contexts, softened by a post-hoc temperature :math:`\tau`, the distance is
@@ -35,23 +35,30 @@ How confide's value relates to the paper's code (``apple/ml-selfreflect``,
 
 * the judge is any confide backend: the distributions are its top-``top_k``
   next-token alternatives (one generated token each), each renormalised over
-  its own listed tokens, where the paper reads the full vocabulary from vLLM.
-  With ``top_k`` covering the vocabulary and ``temperature=5`` the two agree;
-  with a truncated top-k, the paper's :math:`\tau = 5` would spread most mass
-  over the unlisted tail, so confide's default is :math:`\tau = 1`;
+  its own listed tokens after softening, where the paper reads the full
+  vocabulary from vLLM; the temperature is the paper's :math:`\tau = 5`. With
+  ``top_k`` covering the vocabulary the two agree; a truncated top-k leaves out
+  the tail, which at :math:`\tau = 5` both contexts share almost evenly;
 * a masked word is scored on its first token (the paper scores each of its
   tokens, the later ones given the earlier): the first token carries the
   choice between candidate answers, later ones mostly complete the spelling;
-* the prompts are confide's own wording of the same tasks, and a stopword is
-  one of scikit-learn's English stop words (the paper uses its own TF-IDF
-  vocabulary's);
+* the prompts are confide's own wording of the same tasks, as plain text that
+  ends where the left-out word begins ("... The left-out word:"), so base and
+  chat models alike answer with the word (the paper wraps its prompts in the
+  chat template; SmolLM2-135M-Instruct then starts every reply with "The",
+  whatever the context); a stopword is one of scikit-learn's English stop words
+  (the paper uses its own TF-IDF vocabulary's);
+* tasks with the same masked text are asked once and counted as often as
+  they occur (the same value, less work);
 * a task whose reply ends at once (the judge's first token ends its turn, so no
   alternatives are listed) is left out for every summary alike, and counted.
 
-Validation (``tests/test_selfreflect.py``): on constructed answer sets where the
-right order is known, a summary that lists the sampled answers with their
-shares is closer than the single most likely answer, which is closer than a
-wrong answer.
+Validation (``tests/test_selfreflect.py``, SmolLM2-135M-Instruct as the
+judge): on constructed answer sets where the right order is known, the
+cluster listing of the answers is closer than a wrong answer. At
+:math:`\tau = 1` and ``top_k=20`` it was not (on "capital of France", 6 Paris
+and 4 Lyon: listing 0.447, wrong 0.370), which is why the paper's temperature
+is kept.
 
 References: [1] Kirchhof, Füger, Goliński, Dhekane, Blaas, Oh & Williamson,
 2025, "SelfReflect: Can LLMs Communicate Their Internal Answer Distribution?",
@@ -61,6 +68,7 @@ arXiv:2505.20295.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -72,9 +80,7 @@ from confide.errors import InvalidInputError
 
 __all__ = ["SelfReflectResult", "masked_tasks", "selfreflect_distance", "total_variation"]
 
-_TASK = ('Here is a text with one word replaced by "_": {masked}\n'
-         'Based only on the {source} you gave above, what is the missing word "_"? '
-         "Reply with the missing word only.")
+_TASK = ("\n\nAnother answer to the question, with one word left out: {masked}\nThe left-out word:")
 
 
 @dataclass
@@ -147,23 +153,14 @@ def total_variation(a: Sequence[tuple[str, float]], b: Sequence[tuple[str, float
     return 0.5 * sum(abs(p.get(v, 0.0) - q.get(v, 0.0)) for v in set(p) | set(q))
 
 
-def _prompt(backend: Backend, turns: list[tuple[str, str]]) -> Prompt:
-    """Chat turns as the backend takes them (plain text where it has no chat template)."""
-    if getattr(backend, "has_chat_template", False):
-        return [{"role": role, "content": text} for role, text in turns]
-    lines = [f"{'User' if role == 'user' else 'Assistant'}: {text}" for role, text in turns]
-    return "\n".join(lines) + "\nAssistant:"
-
-
 def _question(question: str) -> str:
     q = question.strip()
-    q = q if q.startswith("Question:") else f"Question: {q}"
-    return q if q.endswith("?") else q + "?"
+    return q if q.startswith("Question:") else f"Question: {q}"
 
 
 def selfreflect_distance(judge: Backend, question: str, summaries: Mapping[str, str],
                          conditioning: Sequence[str], test_answers: Sequence[str], *,
-                         top_k: int = 20, temperature: float = 1.0, seed: int = 0
+                         top_k: int = 50, temperature: float = 5.0, seed: int = 0
                          ) -> SelfReflectResult:
     """The SelfReflect distance of each summary to the answers' distribution (module notes).
 
@@ -183,7 +180,7 @@ def selfreflect_distance(judge: Backend, question: str, summaries: Mapping[str, 
     """
     if not summaries:
         raise InvalidInputError("give at least one summary", field="summaries")
-    answers = [a.strip() for a in conditioning if a.strip()]
+    answers = [" ".join(a.split()) for a in conditioning if a.strip()]
     if not answers:
         raise InvalidInputError("give at least one non-empty conditioning answer",
                                 field="conditioning")
@@ -193,38 +190,34 @@ def selfreflect_distance(judge: Backend, question: str, summaries: Mapping[str, 
     if not tasks:
         raise InvalidInputError("the test answers have no words to mask", field="test_answers")
     q = _question(question)
-    listing = "\n".join(f"x_{i + 1} = '{a}'" for i, a in enumerate(answers))
-    reference = [("user", f"{q}\nSample {len(answers)} answers to this question."),
-                 ("assistant", listing)]
+    reference = q + "\nAnswers:\n" + "\n".join(f"- {a}" for a in answers)
     names = list(summaries)
+    unique = Counter(tasks)  # equal masked texts ask the same: ask once, count each
     prompts: list[Prompt] = []
-    for masked in tasks:
-        prompts.append(_prompt(judge, [*reference, ("user", _TASK.format(
-            masked=masked, source="distribution of answers"))]))
-        for name in names:
-            prompts.append(_prompt(judge, [("user", q), ("assistant", summaries[name]),
-                                           ("user", _TASK.format(masked=masked,
-                                                                 source="answer"))]))
+    for masked in unique:
+        prompts.append(reference + _TASK.format(masked=masked))
+        prompts += [f"{q}\nAnswer: {' '.join(summaries[name].split())}"
+                    + _TASK.format(masked=masked) for name in names]
     spec = GenerationSpec(max_new_tokens=1, top_k_alternatives=top_k)
     results = judge.generate(prompts, spec, [seed] * len(prompts))
-    tops = []
+    tops: list[list[tuple[str, float]] | None] = []
     for result in results:
         gen = result.greedy
         if gen is None or not gen.top_tokens or gen.top_logprobs is None:
-            tops.append(None)
+            tops.append(None)  # the judge's reply ended at once: nothing listed
             continue
         tops.append([(t, float(v)) for t, v in zip(gen.top_tokens[0], gen.top_logprobs[0])])
     per_task: dict[str, list[float]] = {name: [] for name in names}
     skipped = 0
     width = 1 + len(names)
-    for n in range(len(tasks)):
+    for n, count in enumerate(unique.values()):
         block = tops[n * width:(n + 1) * width]
         if any(top is None for top in block):
-            skipped += 1
+            skipped += count
             continue
         for name, top in zip(names, block[1:]):
-            per_task[name].append(total_variation(top, block[0],  # type: ignore[arg-type]
-                                                  temperature=temperature))
+            per_task[name] += [total_variation(top, block[0],  # type: ignore[arg-type]
+                                               temperature=temperature)] * count
     used = len(tasks) - skipped
     distances = {name: (sum(v) / used if used else math.nan) for name, v in per_task.items()}
     return SelfReflectResult(distances, used, skipped, per_task)

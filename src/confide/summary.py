@@ -87,7 +87,7 @@ def summarize(samples: Sequence[str], judge: Judge | None = None, *, item: Item 
     item : the question, for judges that read it.
     min_share : options below this share are gathered into "other answers".
 
-    >>> s = summarize(["Paris"] * 7 + ["Lyon", "lyon", "Nice"])
+    >>> s = summarize(["Paris"] * 14 + ["Lyon", "lyon"] * 2 + ["Nice", "Rome"])
     >>> s.text
     'Most likely Paris (about 70%); possibly Lyon (about 20%); other answers about 10%'
     >>> summarize(["Paris", "paris."]).text
