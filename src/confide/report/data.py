@@ -35,6 +35,7 @@ from confide.evaluation import (
 from confide.grading import normalize_answer
 from confide.metrics import ReliabilityDiagram, risk_coverage_curve
 from confide.records import Generation, Record
+from confide.summary import summarize
 
 __all__ = ["RunView", "ScorerView", "risk_coverage_points", "roc_points", "run_comparison",
            "run_view", "sample_groups"]
@@ -332,6 +333,8 @@ def _explorer_item(position: int, record: Record, scorers: list[str],
         "tok": _tokens(record.greedy), "ns": len(record.samples),
         "cl": (sample_groups(record.samples, record.greedy.text, judge=judge, item=record.item)
                if record.samples else []),
+        "sm": (summarize([s.text for s in record.samples], judge, item=record.item).text
+               if len(record.samples) >= 2 else None),
     }
 
 
