@@ -1,6 +1,6 @@
 r"""Confidence while the answer streams: running confidence, early abstention, text deltas.
 
-A backend with the ``"streaming"`` capability calls a
+A backend with ``streaming = True`` calls a
 :data:`~confide.backends.base.TokenCallback` once per generated token
 (:class:`~confide.backends.base.TokenEvent`). :class:`AnswerStream` is that
 callback for one prompt: it turns each event into a :class:`TokenUpdate` for
@@ -227,7 +227,7 @@ def stream_answer(pipeline: Pipeline, item: Item, prompt: Prompt, spec: Generati
     garbage collection) cancels it at the next token.
     """
     backend: Backend = pipeline.backend
-    if "streaming" not in backend.capabilities:
+    if not getattr(backend, "streaming", False):
         raise InvalidInputError(f"the {backend.name} backend cannot stream", field="backend")
     events: queue.Queue[Any] = queue.Queue()
     answer = AnswerStream(events.put, n_choices=n_choices, stop=spec.stop, early=early)

@@ -7,8 +7,7 @@ whatever token statistics the backend can give. ``capabilities`` names those
 statistics (values of :class:`confide.scorers.Need`), so the runner can skip
 scorers whose needs are unmet and say why.
 
-A backend whose ``capabilities`` include ``"streaming"`` also takes
-``on_token``: a :data:`TokenCallback` called once per generated token of every
+A backend with ``streaming = True`` also takes ``on_token``: a :data:`TokenCallback` called once per generated token of every
 row (greedy and samples) as it is produced; returning a reason (a non-empty
 string) ends that row there, with that reason as its ``finish_reason``
 (``confide.streaming`` uses it for token-level confidence, early abstention and

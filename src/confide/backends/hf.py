@@ -154,8 +154,8 @@ class HFBackend:
 
     name = "hf"
     capabilities = frozenset({"token_logprobs", "token_entropies", "token_kl_uniform",
-                              "top_logprobs", "samples", "hidden_states", "extra_prompt",
-                              "streaming"})
+                              "top_logprobs", "samples", "hidden_states", "extra_prompt"})
+    streaming = True  # generate(..., on_token=) reports each token (confide.streaming)
 
     def __init__(self, model: str = DEFAULT_MODEL, *, device: str | None = None,
                  batch_size: int = 8, max_rows: int | None = None,

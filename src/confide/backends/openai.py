@@ -185,6 +185,7 @@ class OpenAIBackend:
 
     name = "openai"
     has_chat_template = True
+    streaming = True  # generate(..., on_token=) streams the greedy answer
 
     def __init__(self, model: str, *, base_url: str | None = None,
                  api_key_env: str = "OPENAI_API_KEY",
@@ -239,7 +240,7 @@ class OpenAIBackend:
 
     @property
     def capabilities(self) -> frozenset[str]:  # type: ignore[override]
-        caps = {"samples", "extra_prompt", "streaming"}
+        caps = {"samples", "extra_prompt"}
         if self.logprobs:
             caps |= {"token_logprobs", "top_logprobs"}
         return frozenset(caps)

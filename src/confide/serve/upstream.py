@@ -52,7 +52,7 @@ class Upstream:
 
     @property
     def can_stream(self) -> bool:
-        return "streaming" in self.backend.capabilities
+        return bool(getattr(self.backend, "streaming", False))
 
     async def start(self) -> None:
         if self._is_async:
