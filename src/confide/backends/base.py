@@ -7,11 +7,12 @@ whatever token statistics the backend can give. ``capabilities`` names those
 statistics (values of :class:`confide.scorers.Need`), so the runner can skip
 scorers whose needs are unmet and say why.
 
-A backend with ``streaming = True`` also takes ``on_token``: a :data:`TokenCallback` called once per generated token of every
-row (greedy and samples) as it is produced; returning a reason (a non-empty
-string) ends that row there, with that reason as its ``finish_reason``
-(``confide.streaming`` uses it for token-level confidence, early abstention and
-clients that went away).
+A backend with ``streaming = True`` also takes ``on_token``: a
+:data:`TokenCallback` called once per generated token of every row (greedy and
+samples) as it is produced; returning a reason (a non-empty string) ends that
+row there, with that reason as its ``finish_reason`` (``confide.streaming``
+uses it for token-level confidence, early abstention and clients that went
+away).
 """
 
 from __future__ import annotations

@@ -57,7 +57,8 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import numpy as np
 
-from confide.backends.base import GenerationResult, GenerationSpec, Prompt, TokenCallback, TokenEvent
+from confide.backends.base import (GenerationResult, GenerationSpec, Prompt, TokenCallback,
+                                   TokenEvent)
 from confide.errors import BackendError, BackendTimeout, InvalidInputError, RateLimited
 from confide.records import Generation, Message
 

@@ -28,6 +28,10 @@ decision in ``confide.choices``; the top-level figures stay choice 0's.
 (:func:`confide.summary.summarize`) when there are at least two samples
 (``n > 2``, a sampling scorer, or the server's ``summary_samples``).
 
+``/v1/completions`` takes one text prompt, which a local model continues as
+is (no chat template) and an ``openai`` upstream receives as a user message;
+``logprobs`` there is the number of top alternatives, in the legacy shape.
+
 ``stream: true`` answers with server-sent events in OpenAI's chunk format
 (:mod:`confide.serve.sse`): each token's chunk carries ``confide`` with its
 log-probability, entropy and running confidence, and the last chunk the same

@@ -201,7 +201,8 @@ async def event_stream(job: Any, shape: StreamReply, *,
             outcome[0] = "failed"
             message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
             log.warning("stream %s failed: %s", shape.id, message)
-            yield f"data: {json.dumps(error_body(message, kind=getattr(exc, 'kind', 'server_error')))}\n\n"
+            error = error_body(message, kind=getattr(exc, "kind", "server_error"))
+            yield f"data: {json.dumps(error)}\n\n"
         finally:
             answer.cancel()  # a client that went away stops the model at its next token
             if task.done():
