@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     from confide.streaming import AnswerStream, EarlyAbstention
     from confide.tasks import load_task
 
-    model = HFBackend("smollm2", batch_size=8)
+    model = HFBackend("smollm2", batch_size=8, max_rows=16)  # no row-count tuning run
     task = load_task("triviaqa", limit=args.items)
     prompts = [task.render(it, chat=model.has_chat_template) for it in task.items]
     spec = GenerationSpec(max_new_tokens=args.max_new_tokens, stop=tuple(task.stop))
