@@ -15,6 +15,14 @@ The early policy's decisions for every threshold are replayed from the full
 answers' token log-probabilities (a greedy answer's prefix does not depend on
 when it is stopped); ``--check`` thresholds are also generated for real with the
 hook, and the script prints whether the real run agrees with the replay.
+
+Measured on the shared 2-core CPU (``--items 40``, SmolLM2 bfloat16, accuracy
+0.05: 2 of 40 right, so the error rates are coarse): at threshold 0.5, abstaining
+after the full answer answers 40% of the items with error 0.875; early
+abstention answers 22.5% with error 0.778 and generates 45% fewer tokens (435
+of 796); at 0.4: 77.5% / 0.935 against 60% / 0.917, 15% fewer tokens. Early
+abstention reads the running confidence at every token, so at the same
+threshold it abstains more often than the check after the full answer.
 """
 
 from __future__ import annotations
