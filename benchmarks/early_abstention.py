@@ -22,7 +22,9 @@ after the full answer answers 40% of the items with error 0.875; early
 abstention answers 22.5% with error 0.778 and generates 45% fewer tokens (435
 of 796); at 0.4: 77.5% / 0.935 against 60% / 0.917, 15% fewer tokens. Early
 abstention reads the running confidence at every token, so at the same
-threshold it abstains more often than the check after the full answer.
+threshold it abstains more often than the check after the full answer. The real
+hooked run at 0.5 generated the same 435 tokens and agreed with the replay on
+40 of 40 items.
 """
 
 from __future__ import annotations
