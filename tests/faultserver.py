@@ -15,6 +15,19 @@ before, and returns one of :data:`FAULTS`:
 ``nologprobs``  a normal reply without ``logprobs``
 ``401echo``     HTTP 401 whose message repeats the Authorization header it got
 
+A request with ``"stream": true`` gets server-sent events in OpenAI's chunk
+format, one chunk per token (with ``logprobs`` when asked and offered), a last
+chunk with the finish reason and ``data: [DONE]``; ``answer_words`` makes the
+answers longer. Faults for streams:
+
+``cut``         sends half the tokens, then closes the connection mid-body
+``badchunk``    sends one token, then a chunk that is not JSON
+``slow``        waits ``token_delay`` seconds before each token
+
+(``500``, ``429``, ``401echo`` answer streams as they answer other requests.)
+The time each streamed token left is logged in :attr:`FaultServer.sent`, and a
+stream whose reader went away is counted in :attr:`FaultServer.abandoned`.
+
 ``FaultServer(logprobs=False)`` never returns log-probabilities (a text-only API).
 Every request is logged in :attr:`FaultServer.requests`.
 
@@ -35,7 +48,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-FAULTS = ("ok", "429", "500", "timeout", "truncated", "malformed", "nologprobs", "401echo")
+FAULTS = ("ok", "429", "500", "timeout", "truncated", "malformed", "nologprobs", "401echo",
+          "cut", "badchunk", "slow")
 
 Plan = Callable[[str, int], str]
 
@@ -52,25 +66,33 @@ class Request:
     path: str = ""  # as requested, query string included
 
 
-def answer_for(question: str, seed: int, temperature: float) -> str:
-    """The server's deterministic answer: greedy 'answer N', samples vary with the seed."""
+def answer_for(question: str, seed: int, temperature: float, words: int = 0) -> str:
+    """The server's deterministic answer: greedy 'answer N', samples vary with the seed;
+    ``words`` more words ('w1 w2 ...') make it longer."""
     base = sum(question.encode()) % 97
+    tail = "".join(f" w{i + 1}" for i in range(words))
     if temperature == 0:
-        return f"answer {base}"
-    return f"answer {base + seed % 3}"
+        return f"answer {base}{tail}"
+    return f"answer {base + seed % 3}{tail}"
+
+
+def _tokens(text: str) -> list[str]:
+    words = text.split(" ")
+    return [w if i == 0 else " " + w for i, w in enumerate(words)]
+
+
+def _entry(t: int, tok: str, top: int) -> dict[str, Any]:
+    """Token t's log-probability entry: log p = -0.25 (t + 1)."""
+    lp = -0.25 * (t + 1)
+    alternatives = [{"token": tok, "logprob": lp, "bytes": list(tok.encode())}]
+    alternatives += [{"token": f"alt{j}", "logprob": lp - j - 1.0, "bytes": None}
+                     for j in range(max(0, top - 1))]
+    return {"token": tok, "logprob": lp, "bytes": list(tok.encode()),
+            "top_logprobs": alternatives[:top]}
 
 
 def _choice(index: int, text: str, *, logprobs: bool, top: int) -> dict[str, Any]:
-    words = text.split(" ")
-    tokens = [w if i == 0 else " " + w for i, w in enumerate(words)]
-    content = []
-    for t, tok in enumerate(tokens):
-        lp = -0.25 * (t + 1)
-        alternatives = [{"token": tok, "logprob": lp, "bytes": list(tok.encode())}]
-        alternatives += [{"token": f"alt{j}", "logprob": lp - j - 1.0, "bytes": None}
-                         for j in range(max(0, top - 1))]
-        content.append({"token": tok, "logprob": lp, "bytes": list(tok.encode()),
-                        "top_logprobs": alternatives[:top]})
+    content = [_entry(t, tok, top) for t, tok in enumerate(_tokens(text))]
     # like llama.cpp, list the end-of-turn token after the answer
     content.append({"token": "<|im_end|>", "logprob": -0.01, "bytes": None,
                     "top_logprobs": [{"token": "<|im_end|>", "logprob": -0.01, "bytes": None}]
@@ -86,13 +108,18 @@ class FaultServer:
     """Start with ``with FaultServer(plan) as server:``; ``server.base_url`` ends in ``/v1``."""
 
     def __init__(self, plan: Plan | None = None, *, logprobs: bool = True,
-                 retry_after: float = 1.0, delay: float = 3.0, honour_n: bool = True) -> None:
+                 retry_after: float = 1.0, delay: float = 3.0, honour_n: bool = True,
+                 answer_words: int = 0, token_delay: float = 0.3) -> None:
         self.plan: Plan = plan or (lambda question, attempt: "ok")
         self.logprobs = logprobs
         self.retry_after = retry_after
         self.delay = delay
         self.honour_n = honour_n
+        self.answer_words = answer_words
+        self.token_delay = token_delay
         self.requests: list[Request] = []
+        self.sent: list[float] = []  # when each streamed token left (time.monotonic)
+        self.abandoned = 0           # streams whose reader went away before the end
         self._attempts: Counter[tuple[str, float]] = Counter()
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -155,9 +182,56 @@ class FaultServer:
                                                    self.headers.get("Authorization"), body,
                                                    self.path))
                 try:
-                    self._answer(fault, body, question, temperature)
+                    if body.get("stream") and fault not in ("429", "500", "401echo"):
+                        self._stream(fault, body, question, temperature)
+                    else:
+                        self._answer(fault, body, question, temperature)
                 except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up first (timeouts)
+                    with server._lock:
+                        server.abandoned += bool(body.get("stream"))
+                    # the client gave up first (timeouts, a closed stream)
+
+            def _chunk(self, data: bytes) -> None:
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+
+            def _stream(self, fault: str, body: dict[str, Any], question: str,
+                        temperature: float) -> None:
+                want_lp = bool(body.get("logprobs")) and server.logprobs
+                top = int(body.get("top_logprobs") or 0)
+                text = answer_for(question, int(body.get("seed", 0)), temperature,
+                                  server.answer_words)
+                tokens = _tokens(text)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+
+                def event(delta: dict[str, Any], logprobs: Any, finish: str | None) -> bytes:
+                    chunk = {"id": "chatcmpl-fault", "object": "chat.completion.chunk",
+                             "created": int(time.time()), "model": body.get("model", "fault"),
+                             "choices": [{"index": 0, "delta": delta, "logprobs": logprobs,
+                                          "finish_reason": finish}]}
+                    return f"data: {json.dumps(chunk)}\n\n".encode()
+
+                self._chunk(event({"role": "assistant", "content": ""}, None, None))
+                for t, tok in enumerate(tokens):
+                    if fault == "cut" and t == len(tokens) // 2:
+                        self.close_connection = True  # mid-body, no last chunk
+                        return
+                    if fault == "badchunk" and t == 1:
+                        self._chunk(b'data: {"choices": [{"delta": \n\n')
+                        self._chunk(b"")
+                        return
+                    if fault == "slow":
+                        time.sleep(server.token_delay)
+                    logprobs = {"content": [_entry(t, tok, top)]} if want_lp else None
+                    self._chunk(event({"content": tok}, logprobs, None))
+                    with server._lock:
+                        server.sent.append(time.monotonic())
+                self._chunk(event({}, None, "stop"))
+                self._chunk(b"data: [DONE]\n\n")
+                self._chunk(b"")
 
             def _answer(self, fault: str, body: dict[str, Any], question: str,
                         temperature: float) -> None:
@@ -182,7 +256,8 @@ class FaultServer:
                 top = int(body.get("top_logprobs") or 0)
                 n = int(body.get("n", 1)) if server.honour_n else 1
                 seed = int(body.get("seed", 0))
-                choices = [_choice(i, answer_for(question, seed + i, temperature),
+                choices = [_choice(i, answer_for(question, seed + i, temperature,
+                                                 server.answer_words),
                                    logprobs=want_lp, top=top) for i in range(n)]
                 reply = {"id": "chatcmpl-fault", "object": "chat.completion",
                          "created": int(time.time()), "model": body.get("model", "fault"),

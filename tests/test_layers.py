@@ -29,9 +29,12 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("backends", ("confide.backends",)),
     ("store", ("confide.store",)),
     ("scorers", ("confide.judges", "confide.features", "confide.scorers",
-                 "confide.claims.split", "confide.claims.scorers")),  # claims and their scorers
+                 "confide.claims.split", "confide.claims.scorers",  # claims and their scorers
+                 "confide.summary")),  # summary: the sampled answers' clusters in words
     ("grading", ("confide.grading", "confide.claims.grading")),
-    ("pipeline", ("confide.pipeline",)),    # generate → record → score → grade
+    ("pipeline", ("confide.pipeline",       # generate → record → score → grade
+                  "confide.streaming",      # token by token, early abstention
+                  "confide.selfreflect")),  # how faithful a summary is (a judge model)
     ("metrics", ("confide.metrics", "confide.audit")),
     ("evaluation", ("confide.evaluation", "confide.claims.evaluation")),
     # the run loop, here or over Ray workers; a stored run and its table; the claim stage

@@ -23,9 +23,14 @@ from confide.errors import (
 
 if TYPE_CHECKING:
     from confide.api import (
+        EarlyAbstention,
         Run,
         RunConfig,
         ScoredAnswer,
+        SelfReflectResult,
+        StreamEnd,
+        TokenUpdate,
+        UncertaintySummary,
         apply_learned,
         default_run_dir,
         evaluate,
@@ -36,25 +41,35 @@ if TYPE_CHECKING:
         open_run,
         refine,
         score,
+        selfreflect_distance,
+        stream,
+        summarize,
     )
 
 __version__ = "0.1.0"
 
 # confide.api.__all__, loaded on first use (tests/test_api.py keeps the two equal)
-_API = ("Run", "RunConfig", "ScoredAnswer", "apply_learned", "default_run_dir", "evaluate",
-        "execute", "fit_learned", "load_model", "make_report", "open_run", "refine", "score")
+_API = ("EarlyAbstention", "Run", "RunConfig", "ScoredAnswer", "SelfReflectResult",
+        "StreamEnd", "TokenUpdate", "UncertaintySummary", "apply_learned", "default_run_dir",
+        "evaluate", "execute", "fit_learned", "load_model", "make_report", "open_run", "refine",
+        "score", "selfreflect_distance", "stream", "summarize")
 
 __all__ = [
     "BackendError",
     "CannotScore",
     "ConfideError",
     "ConfigMismatch",
+    "EarlyAbstention",
     "InvalidInputError",
     "ModelLoadError",
     "Run",
     "RunConfig",
     "ScoredAnswer",
+    "SelfReflectResult",
     "StoreError",
+    "StreamEnd",
+    "TokenUpdate",
+    "UncertaintySummary",
     "UnknownNameError",
     "__version__",
     "apply_learned",
@@ -67,6 +82,9 @@ __all__ = [
     "open_run",
     "refine",
     "score",
+    "selfreflect_distance",
+    "stream",
+    "summarize",
 ]
 
 

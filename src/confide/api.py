@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,10 +22,15 @@ from confide.pipeline import DEFAULT_SCORERS, Pipeline, check_question
 from confide.records import Item, Record
 from confide.runner import RunConfig, execute
 from confide.runs import Run, default_run_dir, evaluate, open_run
+from confide.selfreflect import SelfReflectResult, selfreflect_distance
+from confide.streaming import EarlyAbstention, StreamEnd, TokenUpdate, stream_answer
+from confide.summary import UncertaintySummary, summarize
 from confide.tasks import Task
 
-__all__ = ["Run", "RunConfig", "ScoredAnswer", "apply_learned", "default_run_dir", "evaluate",
-           "execute", "fit_learned", "load_model", "make_report", "open_run", "refine", "score"]
+__all__ = ["EarlyAbstention", "Run", "RunConfig", "ScoredAnswer", "SelfReflectResult",
+           "StreamEnd", "TokenUpdate", "UncertaintySummary", "apply_learned", "default_run_dir",
+           "evaluate", "execute", "fit_learned", "load_model", "make_report", "open_run", "refine",
+           "score", "selfreflect_distance", "stream", "summarize"]
 
 
 def load_model(model: str = DEFAULT_MODEL, *, backend: str = "hf", **options: Any) -> Backend:
@@ -39,36 +45,52 @@ def load_model(model: str = DEFAULT_MODEL, *, backend: str = "hf", **options: An
 
 @dataclass
 class ScoredAnswer:
-    """An answer with its confidences (higher = more likely correct) and NaN reasons."""
+    """An answer with its confidences (higher = more likely correct) and NaN reasons.
+
+    ``summary`` describes the sampled answers (:func:`confide.summary.summarize`)
+    when at least two were drawn (``n_samples``, or a sampling scorer)."""
 
     question: str
     answer: str
     confidences: dict[str, float]
     reasons: dict[str, str] = field(default_factory=dict)
     record: Record | None = field(default=None, repr=False)
+    summary: UncertaintySummary | None = None
+
+
+def _items(questions: list[str] | list[Item]) -> list[Item]:
+    items = [q if isinstance(q, Item) else Item(id=f"q{i}", prompt=q)
+             for i, q in enumerate(questions)]
+    for item in items:
+        check_question(item)
+    return items
 
 
 def score(model: Backend, questions: list[str] | list[Item], *,
           scorers: tuple[str, ...] | list[str] = DEFAULT_SCORERS, max_new_tokens: int = 32,
-          stop: tuple[str, ...] = ("\n",), seed: int = 0,
-          claims: ClaimConfig | bool = False) -> list[ScoredAnswer]:
+          stop: tuple[str, ...] = ("\n",), seed: int = 0, n_samples: int = 0,
+          judge: str = "exact", claims: ClaimConfig | bool = False) -> list[ScoredAnswer]:
     """Answer each question greedily and return the answers with their confidences.
+
+    ``n_samples`` draws at least that many samples (for :attr:`ScoredAnswer.summary`);
+    ``judge`` clusters them (:mod:`confide.judges`).
 
     ``claims`` (True or a :class:`~confide.claims.ClaimConfig`): also split each
     answer into claims and score them (``answer.record.claims``; ungraded), for
     long answers: give a larger ``max_new_tokens`` and ``stop=()``; then
     :func:`confide.refine` drops or marks the doubtful claims.
     """
+    from confide.judges import make_judge
+
     claim_config = (ClaimConfig(grader=None) if claims is True
                     else claims if isinstance(claims, ClaimConfig) else None)
-    items = [q if isinstance(q, Item) else Item(id=f"q{i}", prompt=q)
-             for i, q in enumerate(questions)]
-    for item in items:
-        check_question(item)
-    pipe = Pipeline.build(model, scorers, seed=seed)
+
+    items = _items(questions)
+    pipe = Pipeline.build(model, scorers, seed=seed, judge=make_judge(judge, backend=model))
     task = Task(name="questions", items=items, grader="contains", format="open_qa")
-    n_samples = max(pipe.n_samples, claim_config.n_samples if claim_config else 0)
-    spec = GenerationSpec(max_new_tokens=max_new_tokens, stop=stop, n_samples=n_samples)
+    spec = GenerationSpec(max_new_tokens=max_new_tokens, stop=stop,
+                          n_samples=max(n_samples, pipe.n_samples,
+                                        claim_config.n_samples if claim_config else 0))
     results = pipe.generate(task, items, spec, [item_seed(seed, it.id) for it in items])
     answers = []
     for item, result in zip(items, results, strict=True):
@@ -77,9 +99,38 @@ def score(model: Backend, questions: list[str] | list[Item], *,
             claim_record(record, claim_config, backend=model, seed=seed)
         reasons = {**record.score_errors, **pipe.skipped}
         confidences = {**record.scores, **{name: float("nan") for name in pipe.skipped}}
+        samples = [g.text for g in record.samples]
+        summary = summarize(samples, pipe.judge, item=item) if len(samples) >= 2 else None
         answers.append(ScoredAnswer(item.question, record.greedy.text, confidences, reasons,
-                                    record))
+                                    record, summary))
     return answers
+
+
+def stream(model: Backend, question: str | Item, *,
+           scorers: tuple[str, ...] | list[str] = DEFAULT_SCORERS, max_new_tokens: int = 64,
+           stop: tuple[str, ...] = (), seed: int = 0,
+           early_abstain_below: float | None = None, early_abstain_after: int = 4
+           ) -> Iterator[TokenUpdate | StreamEnd]:
+    """Answer one question token by token, with confidence while the answer streams.
+
+    Yields a :class:`~confide.streaming.TokenUpdate` per token (text to show,
+    log-probability, entropy, running confidence), then one
+    :class:`~confide.streaming.StreamEnd` whose ``record`` is scored like
+    :func:`score`'s. With ``early_abstain_below`` the answer stops once its
+    running confidence falls below it (after ``early_abstain_after`` tokens) and
+    ``StreamEnd.abstained`` says why. Leaving the loop early stops generation.
+
+    >>> for event in confide.stream(model, "Capital of France?"):  # doctest: +SKIP
+    ...     print(event.delta if isinstance(event, TokenUpdate) else event.record.scores)
+    """
+    early = None if early_abstain_below is None else EarlyAbstention(early_abstain_below,
+                                                                     early_abstain_after)
+    item = _items([question])[0]
+    pipe = Pipeline.build(model, scorers, seed=seed)
+    task = Task(name="questions", items=[item], grader="contains", format="open_qa")
+    spec = GenerationSpec(max_new_tokens=max_new_tokens, stop=stop, n_samples=pipe.n_samples)
+    prompt = task.render(item, chat=model.has_chat_template)
+    return stream_answer(pipe, item, prompt, spec, item_seed(seed, item.id), early=early)
 
 
 def fit_learned(run: str | Path, *, kind: str = "probe", out: str | Path | None = None,

@@ -463,6 +463,14 @@ def serve(
              "its batch neighbours (see confide.serve.app)")] = 1,
     long_form: Annotated[bool, typer.Option(
         "--long-form", help="list each answer's claims with their confidences")] = False,
+    early_abstain_below: Annotated[Optional[float], typer.Option(
+        help="stop an answer once its running confidence (geometric-mean token "
+             "probability) falls below this, and abstain")] = None,
+    early_abstain_after: Annotated[int, typer.Option(
+        help="tokens generated before early abstention may stop an answer")] = 4,
+    summary_samples: Annotated[int, typer.Option(
+        help="samples drawn per request for confide.summary (0: only when drawn anyway)")
+                               ] = 0,
 ) -> None:
     """Serve a model over an OpenAI-compatible API, with confidences in every reply."""
     from confide.serve.launch import build_app
@@ -478,7 +486,10 @@ def serve(
                            abstain_message=abstain_message,
                            limits=Limits(max_n=max_n, max_tokens=max_tokens,
                                          max_prompt_chars=max_prompt_chars),
-                           timeout=timeout, max_batch=max_batch, long_form=long_form)
+                           timeout=timeout, max_batch=max_batch, long_form=long_form,
+                           early_abstain_below=early_abstain_below,
+                           early_abstain_after=early_abstain_after,
+                           summary_samples=summary_samples)
     err_console.print(f"serving {model} on http://{host}:{port}/v1")
     run_server(server, host=host, port=port)
 

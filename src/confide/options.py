@@ -70,6 +70,10 @@ RANGES: dict[str, Range] = {
     "threads_per_worker": Range(1, 1024, integer=True),
     # Long answers (confide.claims): a calibrated claim confidence to keep a claim.
     "claim_threshold": Range(0, 1),
+    # Early abstention (confide.streaming): stop once the running confidence, a
+    # geometric-mean token probability in (0, 1], falls below this after that many tokens.
+    "early_abstain_below": Range(0, 1, low_open=True),
+    "early_abstain_after": Range(1, 1_000_000, integer=True),
 }
 
 #: Options that take one of a few words: how claims are found and what refining does.

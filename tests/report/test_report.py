@@ -202,6 +202,9 @@ def test_report_explorer_data(html):
     assert isinstance(token, str) and logprob <= 0 and entropy >= 0
     assert alternatives[0][0] == token and len(alternatives) == 3
     assert item["ns"] == 3 and sum(g["n"] for g in item["cl"]) == 3
+    # the samples in words: the same clusters as the list, largest first
+    assert item["sm"].startswith(("Most likely", "Almost certainly"))
+    assert item["cl"][0]["text"] in item["sm"]
     assert run["items"][5]["s"]["msp"] is None and "msp" in run["items"][5]["e"]
 
 

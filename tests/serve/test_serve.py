@@ -92,7 +92,7 @@ def test_serve_health_lists_the_setup(hf_server):
     ({"messages": []}, "messages"),
     ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages.0.role"),
     ({"temperature": 3}, "temperature"),
-    ({"stream": True}, "stream"),
+    ({"confide": {"early_abstain_after": 0}}, "confide.early_abstain_after"),
     ({"model": None}, "model"),
 ])
 def test_serve_rejects_bad_requests_with_400(hf_server, body, param):

@@ -6,11 +6,19 @@ prompt: the greedy answer and ``spec.n_samples`` sampled answers, each with
 whatever token statistics the backend can give. ``capabilities`` names those
 statistics (values of :class:`confide.scorers.Need`), so the runner can skip
 scorers whose needs are unmet and say why.
+
+A backend with ``streaming = True`` also takes ``on_token``: a
+:data:`TokenCallback` called once per generated token of every row (greedy and
+samples) as it is produced; returning a reason (a non-empty string) ends that
+row there, with that reason as its ``finish_reason`` (``confide.streaming``
+uses it for token-level confidence, early abstention and clients that went
+away).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -19,7 +27,7 @@ from confide.records import Generation, Message
 from confide.registry import Registry, load_object
 
 __all__ = ["BACKENDS", "Backend", "GenerationResult", "GenerationSpec", "NextTokenScorer", "Prompt",
-           "item_seed", "load_backend"]
+           "TokenCallback", "TokenEvent", "item_seed", "load_backend"]
 
 Prompt = str | list[Message]
 
@@ -67,6 +75,29 @@ class GenerationResult:
     samples: list[Generation] = field(default_factory=list)
     error: str | None = None
     prompt: Prompt | None = None  # what the answers were generated from (set by the pipeline)
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One token just generated, as a streaming backend reports it.
+
+    ``prompt``: index of the prompt in the ``generate`` call; ``sample``: None for
+    the greedy row, else the sample's index. ``text`` is the row's answer so far
+    (decoded, end-of-sequence left out), ``token`` this token's text. ``logprob``
+    and ``entropy`` are this step's statistics (None where the backend cannot give
+    them); ``top`` its top alternatives as (token, log-probability) pairs.
+    """
+
+    prompt: int
+    sample: int | None
+    text: str
+    token: str
+    logprob: float | None
+    entropy: float | None = None
+    top: tuple[tuple[str, float], ...] = ()
+
+
+TokenCallback = Callable[[TokenEvent], "str | None"]
 
 
 @runtime_checkable

@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from confide.backends.base import GenerationResult, GenerationSpec, Prompt
+from confide.backends.base import (GenerationResult, GenerationSpec, Prompt, TokenCallback,
+                                   TokenEvent)
 from confide.backends.models import DEFAULT_MODEL, cache_dir, resolve_model
 from confide.errors import InvalidInputError, ModelLoadError
 from confide.records import DIVERGENCE_TEMPERATURE, RENYI_ALPHA, Generation
@@ -157,6 +158,7 @@ class HFBackend:
                               "token_renyi_uniform", "token_fisher_rao_uniform",
                               "top_logprobs", "samples", "hidden_states", "extra_prompt",
                               "unconditioned_logprobs", "attentions"})
+    streaming = True  # generate(..., on_token=) reports each token (confide.streaming)
 
     def __init__(self, model: str = DEFAULT_MODEL, *, device: str | None = None,
                  batch_size: int = 8, max_rows: int | None = None,
@@ -497,12 +499,14 @@ class HFBackend:
 
     # -- generation ------------------------------------------------------------
 
-    def generate(self, prompts: list[Prompt], spec: GenerationSpec,
-                 seeds: list[int]) -> list[GenerationResult]:
+    def generate(self, prompts: list[Prompt], spec: GenerationSpec, seeds: list[int], *,
+                 on_token: TokenCallback | None = None) -> list[GenerationResult]:
         encoded = [self.encode(p) for p in prompts]
         results = [GenerationResult(greedy=None) for _ in prompts]
         for group in self._groups(encoded, spec, seeds):
-            for row, gen in zip(group, self._decode(group, encoded, spec), strict=True):
+            step_hook = None if on_token is None else self._step_hook(group, results, on_token)
+            for row, gen in zip(group, self._decode(group, encoded, spec, step_hook),
+                                strict=True):
                 if row.generator is None:
                     results[row.question].greedy = gen
                 else:
@@ -537,9 +541,36 @@ class HFBackend:
         groups.append(current)
         return groups
 
+    # -- streaming hook (confide.streaming): one call per token; a reason ends the row ------
+
+    def _step_hook(self, group: list[_Row], results: list[GenerationResult],
+                   on_token: TokenCallback) -> Any:
+        """Adapt ``on_token`` to the decoding loop: number each question's samples in
+        row order (continuing across groups) and report tokens as :class:`TokenEvent`."""
+        sample_of: dict[int, int | None] = {}
+        count: dict[int, int] = {}
+        for row in group:  # samples of earlier groups are already in results
+            if row.generator is None:
+                sample_of[id(row)] = None
+                continue
+            j = count.get(row.question, len(results[row.question].samples))
+            sample_of[id(row)], count[row.question] = j, j + 1
+
+        def hook(row: _Row, stats: list[float], top: tuple[list[float], list[int]] | None
+                 ) -> str | None:
+            token = row.ids[-1]
+            alternatives = () if top is None else tuple(
+                (self._piece(t), v) for v, t in zip(*top, strict=True))
+            return on_token(TokenEvent(
+                row.question, sample_of[id(row)],
+                self.tokenizer.decode(row.ids, skip_special_tokens=True), self._piece(token),
+                stats[0], stats[1], alternatives))
+
+        return hook
+
     @torch.inference_mode()
-    def _decode(self, rows: list[_Row], encoded: list[list[int]], spec: GenerationSpec
-                ) -> list[Generation]:
+    def _decode(self, rows: list[_Row], encoded: list[list[int]], spec: GenerationSpec,
+                on_step: Any = None) -> list[Generation]:
         # Prefill each question once; its rows share the cache (expanded, not recomputed).
         questions = sorted({r.question for r in rows})
         input_ids, mask, positions = self._left_padded([encoded[q] for q in questions])
@@ -582,12 +613,20 @@ class HFBackend:
                 states = torch.stack([layers[j][:, -1, :] for j in spec.hidden_layers], dim=1)
                 hidden[alive_t, step] = (states[owner] if step == 0 else states).float()
             steps_done = step + 1
+            if on_step is not None:  # streaming hook: this step's statistics, on the CPU
+                step_stats = stats[alive_t, step].tolist()
+                step_top = (top_lp[alive_t, step].tolist(), top_ids[alive_t, step].tolist()
+                            ) if k else None
             keep = []
             for b, (i, token) in enumerate(zip(alive, chosen.tolist(), strict=True)):
                 row = rows[i]
                 row.ids.append(token)
                 if token in self._eos_ids or (spec.stop and self._hit_stop(row.ids, spec.stop)):
                     row.done, row.finish = True, "stop"
+                elif on_step is not None and (reason := on_step(
+                        row, step_stats[b],
+                        None if step_top is None else (step_top[0][b], step_top[1][b]))):
+                    row.done, row.finish = True, reason  # the hook ended this row
                 else:
                     keep.append(b)
             if not keep:

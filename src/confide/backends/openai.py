@@ -25,6 +25,15 @@ exponential backoff up to ``max_retries`` times; other 4xx answers are not.
 A prompt that still fails comes back as ``GenerationResult(greedy=None,
 error=...)``: the runner records it as a failure and a resumed run retries it.
 
+With ``on_token`` (streaming) the greedy answer is asked with ``stream: true``
+and each chunk's tokens are reported as they arrive, with the server's
+log-probabilities when it sends them (no entropy: an API gives no full
+distribution); the samples are asked as usual. A streamed request is not
+retried (its tokens were already handed on): a stream cut midway, a malformed
+chunk or an error event raises :class:`~confide.errors.BackendError`, a
+silence longer than ``timeout`` :class:`~confide.errors.BackendTimeout`. When
+``on_token`` returns a reason the response is closed, which stops the server.
+
 The API key is read from the environment variable named by ``api_key_env`` and
 sent only in the ``Authorization`` header: it is never logged, never part of
 :meth:`OpenAIBackend.config` (which is stored with a run), and is masked in
@@ -36,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import email.utils
+import json
 import logging
 import math
 import os
@@ -50,7 +60,8 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import numpy as np
 
-from confide.backends.base import GenerationResult, GenerationSpec, Prompt
+from confide.backends.base import (GenerationResult, GenerationSpec, Prompt, TokenCallback,
+                                   TokenEvent)
 from confide.errors import BackendError, BackendTimeout, InvalidInputError, RateLimited
 from confide.records import Generation, Message
 
@@ -178,6 +189,7 @@ class OpenAIBackend:
 
     name = "openai"
     has_chat_template = True
+    streaming = True  # generate(..., on_token=) streams the greedy answer
 
     def __init__(self, model: str, *, base_url: str | None = None,
                  api_key_env: str = "OPENAI_API_KEY",
@@ -291,14 +303,15 @@ class OpenAIBackend:
 
     # -- generation ------------------------------------------------------------------
 
-    def generate(self, prompts: list[Prompt], spec: GenerationSpec,
-                 seeds: list[int]) -> list[GenerationResult]:
+    def generate(self, prompts: list[Prompt], spec: GenerationSpec, seeds: list[int], *,
+                 on_token: TokenCallback | None = None) -> list[GenerationResult]:
         """One result per prompt, in input order; a failed prompt has ``greedy=None``
         and ``error`` set (it is never left out)."""
-        return _run_sync(self.agenerate(prompts, spec, seeds))
+        return _run_sync(self.agenerate(prompts, spec, seeds, on_token=on_token))
 
     async def agenerate(self, prompts: list[Prompt], spec: GenerationSpec,
-                        seeds: list[int]) -> list[GenerationResult]:
+                        seeds: list[int], *, on_token: TokenCallback | None = None
+                        ) -> list[GenerationResult]:
         """The asynchronous form of :meth:`generate`."""
         if len(prompts) != len(seeds):
             raise InvalidInputError(f"{len(prompts)} prompts but {len(seeds)} seeds",
@@ -307,27 +320,30 @@ class OpenAIBackend:
             await self.aprobe()
         async with self._session() as session:
             return list(await asyncio.gather(
-                *(self._generate_safely(session, p, spec, s) for p, s in zip(prompts, seeds))))
+                *(self._generate_safely(session, p, spec, s, on_token, i)
+                  for i, (p, s) in enumerate(zip(prompts, seeds)))))
 
-    async def agenerate_one(self, prompt: Prompt, spec: GenerationSpec,
-                            seed: int) -> GenerationResult:
+    async def agenerate_one(self, prompt: Prompt, spec: GenerationSpec, seed: int, *,
+                            on_token: TokenCallback | None = None) -> GenerationResult:
         """One prompt; raises :class:`~confide.errors.BackendError` (or a subclass) on failure."""
         if self._logprobs is None:
             await self.aprobe()
         async with self._session() as session:
-            return await self._generate(session, prompt, spec, seed)
+            return await self._generate(session, prompt, spec, seed, on_token)
 
     async def _generate_safely(self, session: _Session, prompt: Prompt, spec: GenerationSpec,
-                               seed: int) -> GenerationResult:
+                               seed: int, on_token: TokenCallback | None = None,
+                               index: int = 0) -> GenerationResult:
         try:
-            return await self._generate(session, prompt, spec, seed)
+            return await self._generate(session, prompt, spec, seed, on_token, index)
         except BackendError as exc:
             message = self._secret.mask(f"{type(exc).__name__}: {exc}")
             log.warning("a prompt failed: %s", message)
             return GenerationResult(greedy=None, error=message)
 
     async def _generate(self, session: _Session, prompt: Prompt, spec: GenerationSpec,
-                        seed: int) -> GenerationResult:
+                        seed: int, on_token: TokenCallback | None = None,
+                        index: int = 0) -> GenerationResult:
         messages = _as_messages(prompt)
 
         def parse(data: Any) -> list[Generation]:
@@ -337,6 +353,8 @@ class OpenAIBackend:
             if not spec.greedy:
                 return None
             payload = self._payload(messages, spec, temperature=0.0, n=1, seed=seed)
+            if on_token is not None:
+                return await self._stream(session, payload, spec, on_token, index)
             return (await self._post(session, payload, parse))[0]
 
         async def samples() -> list[Generation]:
@@ -429,6 +447,95 @@ class OpenAIBackend:
                         attempt + 2, attempts)
             await asyncio.sleep(delay)
         raise type(failure)(f"{failure} (gave up after {attempts} attempts)")
+
+    async def _stream(self, session: _Session, payload: dict[str, Any], spec: GenerationSpec,
+                      on_token: TokenCallback, index: int) -> Generation:
+        """One streamed request: report each token as it arrives; the assembled answer."""
+        url = endpoint_url(self.base_url, "chat/completions")
+        shown = _public_url(url)
+        pieces: list[str] = []
+        entries: list[Any] = []
+        finish: str | None = None
+        try:
+            async with session.limit, session.client.stream(
+                    "POST", url, json={**payload, "stream": True}) as response:
+                if response.status_code != 200:
+                    detail = self._short((await response.aread()).decode(errors="replace"))
+                    kind = RateLimited if response.status_code == 429 else BackendError
+                    raise kind(f"{shown}: HTTP {response.status_code}: {detail}")
+                ended = False
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue  # blank separators, comments, event names
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        ended = True
+                        break
+                    stop, finished = self._stream_chunk(data, shown, pieces, entries, index,
+                                                        on_token)
+                    finish = stop or finished or finish
+                    if stop is not None:
+                        ended = True
+                        break
+                if not ended and finish is None:
+                    raise BackendError(f"{shown}: the stream ended before its last chunk")
+        except httpx.TimeoutException as exc:
+            raise BackendTimeout(f"{shown}: the stream sent nothing for {self.timeout:g} s"
+                                 ) from exc
+        except httpx.TransportError as exc:
+            raise BackendError(f"{shown}: the stream was cut: {type(exc).__name__}: "
+                               f"{self._secret.mask(str(exc)) or 'no detail'}") from exc
+        text = "".join(pieces)
+        if not entries:  # the server sent no log-probabilities: text only
+            return Generation(text=text.strip(), finish_reason=finish or "stop")
+        try:
+            return self._parse_choice({"message": {"content": text}, "finish_reason": finish,
+                                       "logprobs": {"content": entries}}, spec)
+        except _Malformed as exc:
+            raise BackendError(f"{shown}: unusable stream: {exc}") from exc
+
+    def _stream_chunk(self, data: str, shown: str, pieces: list[str], entries: list[Any],
+                      index: int, on_token: TokenCallback) -> tuple[str | None, str | None]:
+        """Take one ``data:`` chunk and report its tokens. Returns the reason ``on_token``
+        gave to stop (or None) and the chunk's finish reason (or None)."""
+        try:
+            chunk = json.loads(data)
+        except ValueError as exc:
+            raise BackendError(f"{shown}: a malformed stream chunk: {self._short(data)}") from exc
+        if not isinstance(chunk, dict):
+            raise BackendError(f"{shown}: a malformed stream chunk: {self._short(data)}")
+        if chunk.get("error"):
+            raise BackendError(f"{shown}: the stream reported an error: "
+                               f"{self._short(chunk['error'])}")
+        finish = None
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            finish = choice.get("finish_reason") or finish
+            piece = (choice.get("delta") or {}).get("content") or ""
+            lp = choice.get("logprobs")
+            got = (lp.get("content") if isinstance(lp, dict) else None) or []
+            if not isinstance(piece, str) or not isinstance(got, list):
+                raise BackendError(f"{shown}: a malformed stream chunk: {self._short(data)}")
+            pieces.append(piece)
+            so_far = "".join(pieces)
+            steps: list[tuple[str, float | None, tuple[tuple[str, float], ...]]] = []
+            try:
+                for entry in got:
+                    top = tuple((str(t["token"]), float(t["logprob"]))
+                                for t in entry.get("top_logprobs") or [])
+                    steps.append((str(entry["token"]), float(entry["logprob"]), top))
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise BackendError(f"{shown}: a malformed log-probability in the stream "
+                                   f"({exc!r})") from exc
+            entries.extend(got)
+            if not steps and piece:
+                steps.append((piece, None, ()))
+            for token, logprob, top in steps:
+                reason = on_token(TokenEvent(index, None, so_far, token, logprob, None, top))
+                if reason:
+                    return reason, finish
+        return None, finish
 
     def _short(self, detail: object) -> str:
         text = " ".join(str(detail).split())

@@ -35,6 +35,7 @@ from confide.evaluation import (
 from confide.grading import normalize_answer
 from confide.metrics import ReliabilityDiagram, risk_coverage_curve
 from confide.records import Generation, Record
+from confide.summary import summarize
 
 __all__ = ["RunView", "ScorerView", "risk_coverage_points", "roc_points", "run_comparison",
            "run_view", "sample_groups"]
@@ -338,6 +339,8 @@ def _explorer_item(position: int, record: Record, scorers: list[str],
             {"s": c.start, "e": c.end, "t": c.text,
              "c": {k: _num(v, 6) for k, v in c.scores.items()}, "x": dict(c.score_errors),
              "g": {k: _num(v) for k, v in c.grades.items()}} for c in record.claims],
+        "sm": (summarize([s.text for s in record.samples], judge, item=record.item).text
+               if len(record.samples) >= 2 else None),
     }
 
 

@@ -15,7 +15,8 @@ def build_app(*, model: str, backend: str = "hf", base_url: str | None = None,
               calibrator: str | None = None, policy: str | None = None,
               abstain_message: str | None = None, limits: Limits | None = None,
               timeout: float = 120.0, concurrency: int = 8, max_batch: int = 1,
-              long_form: bool = False) -> Any:
+              early_abstain_below: float | None = None, early_abstain_after: int = 4,
+              summary_samples: int = 0, long_form: bool = False) -> Any:
     """The FastAPI app for ``confide serve`` (model loaded, decisions loaded).
 
     ``long_form``: each reply lists the answer's claims with their confidences
@@ -24,6 +25,11 @@ def build_app(*, model: str, backend: str = "hf", base_url: str | None = None,
     from confide.backends import load_backend
     from confide.serve.app import DEFAULT_ABSTAIN_MESSAGE, create_app
     from confide.serve.decisions import load_calibrator, load_policy
+    from confide.streaming import EarlyAbstention
+
+    # options are checked before the model loads (same rules as the API and requests)
+    early = None if early_abstain_below is None else EarlyAbstention(early_abstain_below,
+                                                                     early_abstain_after)
 
     options: dict[str, Any] = {}
     if backend == "openai":
@@ -44,7 +50,8 @@ def build_app(*, model: str, backend: str = "hf", base_url: str | None = None,
             s for s in DEFAULT_CLAIM_SCORERS if not CLAIM_SCORERS[s].n_samples))
     return create_app(loaded, scorers=scorers, calibrator=cal, policy=pol,
                       abstain_message=abstain_message or DEFAULT_ABSTAIN_MESSAGE,
-                      limits=limits, timeout=timeout, max_batch=max_batch, claims=claims)
+                      limits=limits, timeout=timeout, max_batch=max_batch,
+                      early_abstention=early, summary_samples=summary_samples, claims=claims)
 
 
 def serve(app: Any, *, host: str = "127.0.0.1", port: int = 8000,

@@ -1,4 +1,4 @@
-"""Request and reply shapes of ``confide serve`` (a subset of the OpenAI chat API).
+"""Request and reply shapes of ``confide serve`` (a subset of the OpenAI chat and completions APIs).
 
 Requests are validated by pydantic; fields the OpenAI API has but confide does
 not use (``user``, ``presence_penalty``, ...) are accepted and ignored, so an
@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from confide.options import check_option, check_stop
 
-__all__ = ["ChatCompletionRequest", "ChatMessage", "Limits", "TextPart"]
+__all__ = ["ChatCompletionRequest", "ChatMessage", "CompletionRequest", "ConfideOptions",
+           "Limits", "StreamOptions", "TextPart"]
 
 
 @dataclass(frozen=True)
@@ -53,31 +54,48 @@ class ChatMessage(BaseModel):
         return "".join(part.text for part in self.content)
 
 
-class ChatCompletionRequest(BaseModel):
-    """``POST /v1/chat/completions`` body."""
+class ConfideOptions(BaseModel):
+    """confide's own request options, sent as ``"confide": {...}`` (the openai client's
+    ``extra_body``); they override the server's defaults for this request."""
+
+    model_config = ConfigDict(extra="forbid")
+    early_abstain_below: float | None = None
+    early_abstain_after: int | None = None
+
+    @field_validator("early_abstain_below", "early_abstain_after")
+    @classmethod
+    def _ranged(cls, value: Any, info: Any) -> Any:
+        return None if value is None else check_option(info.field_name, value, field="")
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    include_usage: bool | None = None
+
+
+class GenerationRequest(BaseModel):
+    """The fields chat and text completions share."""
 
     model_config = ConfigDict(extra="ignore")
     model: str = Field(min_length=1, max_length=256)
-    messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = None
-    max_completion_tokens: int | None = None
     n: int = 1
     temperature: float | None = None
     top_p: float | None = None
     stop: str | list[str] | None = None
     seed: int | None = None
-    logprobs: bool | None = None
-    top_logprobs: int | None = None
     stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    confide: ConfideOptions | None = None
 
     # The ranges are confide's, shared with the CLI and the API (confide.options);
     # an InvalidInputError is a ValueError, which pydantic turns into a 400.
-    @field_validator("max_tokens", "max_completion_tokens")
+    @field_validator("max_tokens")
     @classmethod
     def _budget(cls, value: int | None) -> int | None:
         return None if value is None else check_option("max_new_tokens", value, field="")
 
-    @field_validator("n", "temperature", "top_p", "top_logprobs")
+    @field_validator("n", "temperature", "top_p")
     @classmethod
     def _ranged(cls, value: Any, info: Any) -> Any:
         return None if value is None else check_option(info.field_name, value, field="")
@@ -92,7 +110,71 @@ class ChatCompletionRequest(BaseModel):
         return check_stop(self.stop)
 
     def answer_budget(self, limits: Limits) -> int:
+        return self.max_tokens or limits.default_max_tokens
+
+    @property
+    def top_k(self) -> int:
+        """Top alternatives asked per token (0: none)."""
+        return 0
+
+    @property
+    def wants_logprobs(self) -> bool:
+        return False
+
+
+class ChatCompletionRequest(GenerationRequest):
+    """``POST /v1/chat/completions`` body."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+
+    @field_validator("max_completion_tokens")
+    @classmethod
+    def _completion_budget(cls, value: int | None) -> int | None:
+        return None if value is None else check_option("max_new_tokens", value, field="")
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _top(cls, value: int | None) -> int | None:
+        return None if value is None else check_option("top_logprobs", value, field="")
+
+    def answer_budget(self, limits: Limits) -> int:
         return self.max_completion_tokens or self.max_tokens or limits.default_max_tokens
+
+    @property
+    def top_k(self) -> int:
+        return (self.top_logprobs or 0) if self.logprobs else 0
+
+    @property
+    def wants_logprobs(self) -> bool:
+        return bool(self.logprobs)
+
+
+class CompletionRequest(GenerationRequest):
+    """``POST /v1/completions`` body (one text prompt; ``logprobs`` is the number of top
+    alternatives per token, as in the OpenAI completions API)."""
+
+    prompt: str | list[str]
+    logprobs: int | None = None
+    echo: bool | None = None
+
+    @field_validator("logprobs")
+    @classmethod
+    def _top(cls, value: int | None) -> int | None:
+        return None if value is None else check_option("top_logprobs", value, field="")
+
+    def text(self) -> str:
+        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+
+    @property
+    def top_k(self) -> int:
+        return self.logprobs or 0
+
+    @property
+    def wants_logprobs(self) -> bool:
+        return self.logprobs is not None
 
 
 def error_body(message: str, *, kind: str = "invalid_request_error",

@@ -6,14 +6,20 @@ requests that arrive while it is busy and ask for the same generation settings
 are generated together as one batch, which is where concurrent clients gain
 throughput. Every call has a deadline: past it the caller gets
 :class:`~confide.errors.BackendTimeout` (the server answers 504), never a hang.
+
+A call with ``on_token`` (a streamed reply, or early abstention) is generated
+alone, never batched with others: its callback may end rows early, and a
+stream should not wait for its neighbours.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 from dataclasses import dataclass, field
-from confide.backends.base import Backend, GenerationResult, GenerationSpec, Prompt
+
+from confide.backends.base import Backend, GenerationResult, GenerationSpec, Prompt, TokenCallback
 from confide.errors import BackendError, BackendTimeout
 
 __all__ = ["Upstream"]
@@ -25,6 +31,7 @@ class _Job:
     spec: GenerationSpec
     seed: int
     future: asyncio.Future[GenerationResult] = field(repr=False)
+    on_token: TokenCallback | None = field(default=None, repr=False)
 
 
 class Upstream:
@@ -42,6 +49,10 @@ class Upstream:
     @property
     def capabilities(self) -> frozenset[str]:
         return self.backend.capabilities
+
+    @property
+    def can_stream(self) -> bool:
+        return bool(getattr(self.backend, "streaming", False))
 
     async def start(self) -> None:
         if self._is_async:
@@ -65,16 +76,22 @@ class Upstream:
         if self._thread is not None:
             self._thread.shutdown(wait=False, cancel_futures=True)
 
-    async def generate(self, prompt: Prompt, spec: GenerationSpec, seed: int) -> GenerationResult:
-        """Greedy answer and samples for one prompt; raises BackendError / BackendTimeout."""
+    async def generate(self, prompt: Prompt, spec: GenerationSpec, seed: int, *,
+                       on_token: TokenCallback | None = None) -> GenerationResult:
+        """Greedy answer and samples for one prompt; raises BackendError / BackendTimeout.
+
+        ``on_token`` (backends that stream) is called per token, on the model's
+        thread for a local model."""
+        options = {} if on_token is None else {"on_token": on_token}
         try:
             if self._is_async:
-                coro = self.backend.agenerate_one(prompt, spec, seed)  # type: ignore[attr-defined]
+                coro = self.backend.agenerate_one(  # type: ignore[attr-defined]
+                    prompt, spec, seed, **options)
                 return await asyncio.wait_for(coro, self.timeout)
             if self._queue is None:
                 raise BackendError("the upstream model is not started")
             future: asyncio.Future[GenerationResult] = asyncio.get_running_loop().create_future()
-            await self._queue.put(_Job(prompt, spec, seed, future))
+            await self._queue.put(_Job(prompt, spec, seed, future, on_token))
             return await asyncio.wait_for(future, self.timeout)
         except asyncio.TimeoutError as exc:
             raise BackendTimeout(f"the model gave no answer within {self.timeout:g} s") from exc
@@ -93,13 +110,16 @@ class Upstream:
             waiting = [job for job in waiting if not job.future.done()]  # callers that gave up
             if not waiting:
                 continue
-            spec = waiting[0].spec
-            batch = [job for job in waiting if job.spec == spec][:self.max_batch]
+            spec, hook = waiting[0].spec, waiting[0].on_token
+            batch = [waiting[0]] if hook is not None else [
+                job for job in waiting if job.spec == spec and job.on_token is None
+            ][:self.max_batch]
             waiting = [job for job in waiting if job not in batch]
+            call = self.backend.generate if hook is None else functools.partial(
+                self.backend.generate, on_token=hook)
             try:
                 results = await loop.run_in_executor(
-                    thread, self.backend.generate, [j.prompt for j in batch], spec,
-                    [j.seed for j in batch])
+                    thread, call, [j.prompt for j in batch], spec, [j.seed for j in batch])
             except Exception as exc:  # noqa: BLE001 - handed to each caller, who answers 502
                 for job in batch:
                     if not job.future.done():

@@ -330,6 +330,7 @@
       tt.appendChild(tb);
       grid.appendChild(section("tokens", tt));
     }
+    if (it.sm) grid.appendChild(section("the samples in words", el("div", { cls: "plain", text: it.sm })));
     if (it.ns) {
       var cl = el("ul", { cls: "clusters" });
       it.cl.forEach(function (c) {
