@@ -245,3 +245,24 @@ def test_hf_length_limit_sets_finish_reason(hf_model):
 def test_resolve_model_unknown_path_is_a_clear_error(name):
     with pytest.raises(ModelLoadError, match="no such|not a bundled alias"):
         resolve_model(name)
+
+
+def test_nucleus_draw_equals_a_full_sort():
+    """The top-256 shortcut draws the token a sort of the whole vocabulary draws,
+    on peaked rows (shortcut) and flat rows (full sort) alike."""
+    from confide.backends.hf import _nucleus_draw
+
+    def full_sort_draw(probs, draws, top_p):
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        cumulative = sorted_p.cumsum(-1)
+        cumulative = (sorted_p * ((cumulative - sorted_p) < top_p)).cumsum(-1)
+        pos = torch.searchsorted(cumulative, draws[:, None] * cumulative[:, -1:])
+        return order.gather(-1, pos.clamp(max=probs.shape[-1] - 1)).squeeze(-1)
+
+    gen = torch.Generator().manual_seed(0)
+    scales = torch.tensor([0.5, 1.0, 3.0, 8.0]).repeat_interleave(6)[:, None]
+    probs = torch.softmax(torch.randn(24, 49152, generator=gen) * scales, -1)
+    draws = torch.rand(24, generator=gen)
+    for top_p in (0.5, 0.9, 1.0):
+        np.testing.assert_array_equal(_nucleus_draw(probs, draws, top_p).numpy(),
+                                      full_sort_draw(probs, draws, top_p).numpy())
