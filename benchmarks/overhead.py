@@ -78,20 +78,20 @@ def bare_generate(backend: HFBackend, prompts: list, args: argparse.Namespace, s
 
 @torch.inference_mode()
 def floor(backend: HFBackend, prompts: list, args: argparse.Namespace,
-          tokens_per_block: list[int], rows_per_question: int) -> None:
-    """Forward passes only: prefill each block once, then full-batch decoding steps."""
+          tokens_per_block: list[int], rows_per_question: int, rows: int) -> None:
+    """Forward passes only: prefill each block once, then decoding steps of ``rows``
+    rows (confide's rows per step), every row busy, until the block's tokens are made."""
     for n, start in enumerate(range(0, len(prompts), args.batch_size)):
         ids, mask = _padded(backend, prompts[start:start + args.batch_size])
-        rows = ids.shape[0] * rows_per_question
         out = backend.model(input_ids=ids, attention_mask=mask, use_cache=True,
                             logits_to_keep=1)
         cache = getattr(out, CACHE)
-        cache.batch_select_indices(torch.arange(ids.shape[0], device=backend.device)
-                                   .repeat_interleave(rows_per_question))
-        mask = mask.repeat_interleave(rows_per_question, dim=0)
-        token = out.logits[:, -1].argmax(-1).repeat_interleave(rows_per_question)[:, None]
-        for _ in range(math.ceil(tokens_per_block[n] / rows)):
-            mask = torch.cat([mask, mask.new_ones((rows, 1))], dim=-1)
+        index = torch.arange(ids.shape[0], device=backend.device).repeat_interleave(
+            rows_per_question)[:rows]
+        cache.batch_select_indices(index)
+        mask, token = mask[index], out.logits[:, -1].argmax(-1)[index][:, None]
+        for _ in range(math.ceil(tokens_per_block[n] / len(index))):
+            mask = torch.cat([mask, mask.new_ones((len(index), 1))], dim=-1)
             out = backend.model(input_ids=token, attention_mask=mask, use_cache=True,
                                 **{CACHE: cache})
             cache, token = getattr(out, CACHE), out.logits[:, -1].argmax(-1)[:, None]
@@ -106,12 +106,12 @@ def peak_mb(backend: HFBackend) -> float:
 def measure(backend: HFBackend, task, prompts: list, args: argparse.Namespace,
             samples: int) -> None:
     label = f"greedy + {samples} samples" if samples else "greedy"
-    rows = set()
+    rows = []
     for start in range(0, len(prompts), args.batch_size):  # measured once per machine: untimed
         block = [backend.encode(p) for p in prompts[start:start + args.batch_size]]
-        rows.add(backend.rows_per_step(max(map(len, block)) + args.max_new_tokens,
-                                       len(block) * (1 + samples)))
-    label += f", rows per step {'/'.join(map(str, sorted(rows)))}"
+        rows.append(backend.rows_per_step(max(map(len, block)) + args.max_new_tokens,
+                                          len(block) * (1 + samples)))
+    label += f", rows per step {'/'.join(map(str, sorted(set(rows))))}"
     t0 = time.perf_counter()
     bare_tokens = bare_generate(backend, prompts, args, task.stop, samples)
     bare_1 = time.perf_counter() - t0
@@ -134,7 +134,9 @@ def measure(backend: HFBackend, task, prompts: list, args: argparse.Namespace,
     memory = peak_mb(backend)
 
     t0 = time.perf_counter()
-    floor(backend, prompts, args, per_block, 1 + samples)
+    for n, tokens in enumerate(per_block):
+        floor(backend, prompts[n * args.batch_size:(n + 1) * args.batch_size], args, [tokens],
+              1 + samples, rows[n])
     floor_s = time.perf_counter() - t0
 
     t0 = time.perf_counter()

@@ -72,15 +72,28 @@ def test_hf_statistics_equal_a_reference_forward_pass(hf_model):
     assert gen.tokens[0] == gen.top_tokens[0][0]
 
 
-def test_hf_sample_statistics_equal_a_reference_forward_pass(hf_model):
-    """Sampled rows decode from the shared prompt cache; their statistics are still exact."""
-    prompt = chat(QUESTIONS[2])
+@pytest.mark.parametrize("max_rows", [None, 3])
+def test_hf_sample_statistics_equal_a_reference_forward_pass(hf_model, max_rows):
+    """Sampled rows decode from the shared prompt cache; their statistics are still exact.
+
+    With 3 rows per step the 8 rows of two prompts of different lengths enter
+    as others finish: their caches are left-padded and stacked with rows
+    already part-way through their answers."""
+    prompts = [chat(QUESTIONS[2]), chat("Name a colour.")]
     spec = GenerationSpec(max_new_tokens=8, n_samples=3, temperature=1.0, top_p=0.9)
-    result = hf_model.generate([prompt], spec, [7])[0]
-    for gen in [result.greedy, *result.samples]:
-        logp = reference_logp(hf_model, hf_model.encode(prompt), gen.token_ids)
-        chosen = logp.gather(-1, torch.tensor(gen.token_ids)[:, None]).squeeze(-1).numpy()
-        np.testing.assert_allclose(gen.token_logprobs, chosen, atol=TOLERANCE[hf_model.dtype])
+    before, hf_model.max_rows = hf_model.max_rows, max_rows
+    try:
+        results = hf_model.generate(prompts, spec, [7, 8])
+    finally:
+        hf_model.max_rows = before
+    for prompt, result in zip(prompts, results):
+        for gen in [result.greedy, *result.samples]:
+            logp = reference_logp(hf_model, hf_model.encode(prompt), gen.token_ids)
+            chosen = logp.gather(-1, torch.tensor(gen.token_ids)[:, None]).squeeze(-1).numpy()
+            entropy = (-(logp.exp() * logp).sum(-1)).numpy()
+            atol = TOLERANCE[hf_model.dtype]
+            np.testing.assert_allclose(gen.token_logprobs, chosen, atol=atol)
+            np.testing.assert_allclose(gen.token_entropies, entropy, atol=atol)
 
 
 def _decoder_calls(backend):
@@ -113,6 +126,39 @@ def test_hf_one_prefill_per_question_and_finished_rows_leave(hf_model):
             for r in results for g in [r.greedy, *r.samples]]
     assert sum(steps) == sum(n - 1 for n in made)
     assert steps == sorted(steps, reverse=True) and steps[-1] < steps[0] <= 10
+
+
+def test_hf_waiting_rows_refill_the_batch(hf_model, monkeypatch):
+    """With fewer places than rows, a finished row's place goes to a waiting row at
+    once; each prompt is still prefilled once, in one pass."""
+    prompts = [chat(QUESTIONS[0]), chat("Write a long story about a dragon.")]
+    spec = GenerationSpec(max_new_tokens=16, n_samples=3, temperature=1.0, top_p=0.9)
+    admitted = []  # (rows in the batch before, after, rows still waiting) per admission
+    real_admit = hf_model._admit
+
+    def spy(batch, logits, hidden, waiting, *args, **kwargs):
+        before = len(batch.rows)
+        got = real_admit(batch, logits, hidden, waiting, *args, **kwargs)
+        admitted.append((before, len(batch.rows), len(waiting)))
+        return got
+
+    monkeypatch.setattr(hf_model, "_admit", spy)
+    monkeypatch.setattr(hf_model, "max_rows", 3)
+    calls, handle = _decoder_calls(hf_model)
+    try:
+        results = hf_model.generate(prompts, spec, [3, 4])
+    finally:
+        handle.remove()
+    assert [c for c in calls if c[1] > 1] == [(2, max(len(hf_model.encode(p)) for p in prompts))]
+    steps = [c[0] for c in calls if c[1] == 1]
+    made = [g.n_tokens + (g.finish_reason == "stop")
+            for r in results for g in [r.greedy, *r.samples]]
+    assert sum(steps) == sum(n - 1 for n in made)  # no row stays after it finished
+    assert max(steps) == 3
+    # every admission fills the batch (or empties the queue), and rows join a running batch
+    assert all(after == 3 or waiting == 0 for _, after, waiting in admitted)
+    assert any(before > 0 for before, _, _ in admitted)
+    assert admitted[-1][2] == 0
 
 
 def test_hf_rows_per_step_do_not_change_answers(hf_model):
@@ -199,3 +245,24 @@ def test_hf_length_limit_sets_finish_reason(hf_model):
 def test_resolve_model_unknown_path_is_a_clear_error(name):
     with pytest.raises(ModelLoadError, match="no such|not a bundled alias"):
         resolve_model(name)
+
+
+def test_nucleus_draw_equals_a_full_sort():
+    """The top-256 shortcut draws the token a sort of the whole vocabulary draws,
+    on peaked rows (shortcut) and flat rows (full sort) alike."""
+    from confide.backends.hf import _nucleus_draw
+
+    def full_sort_draw(probs, draws, top_p):
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        cumulative = sorted_p.cumsum(-1)
+        cumulative = (sorted_p * ((cumulative - sorted_p) < top_p)).cumsum(-1)
+        pos = torch.searchsorted(cumulative, draws[:, None] * cumulative[:, -1:])
+        return order.gather(-1, pos.clamp(max=probs.shape[-1] - 1)).squeeze(-1)
+
+    gen = torch.Generator().manual_seed(0)
+    scales = torch.tensor([0.5, 1.0, 3.0, 8.0]).repeat_interleave(6)[:, None]
+    probs = torch.softmax(torch.randn(24, 49152, generator=gen) * scales, -1)
+    draws = torch.rand(24, generator=gen)
+    for top_p in (0.5, 0.9, 1.0):
+        np.testing.assert_array_equal(_nucleus_draw(probs, draws, top_p).numpy(),
+                                      full_sort_draw(probs, draws, top_p).numpy())

@@ -13,8 +13,10 @@ We run our own decoding loop over the model's KV cache instead of
   dtype, so a bfloat16 model's statistics are not rounded to bfloat16's 8-bit
   mantissa (which moved log-probabilities by up to 0.06 nats);
 - a question's prompt is encoded once and its key/value cache shared by the
-  greedy row and the k sampled rows, and rows that finished leave the batch,
-  so a batch never runs at the speed of its longest answer;
+  greedy row and the k sampled rows; a row that finished leaves the batch at
+  once and a waiting row takes its place (continuous batching: caches of
+  different widths are left-padded and stacked), so a batch never runs at
+  the speed of its longest answer;
 - each sampled row has its own random generator, seeded from (run seed, item
   id), so an item's samples never depend on its batch neighbours.
 """
@@ -29,6 +31,7 @@ import os
 import platform
 import tempfile
 import time
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +54,8 @@ _SPEEDUP_NEEDED = 1.2
 # Doubling the rows of a decoding step must raise tokens/s by this much to be worth it.
 _ROWS_GAIN_NEEDED = 1.15
 _MAX_ROWS = 512
+# Candidates a nucleus draw looks at before sorting the whole vocabulary (_nucleus_draw).
+_NUCLEUS_FIRST = 256
 
 
 def choose_dtype(device: str) -> torch.dtype | None:
@@ -133,6 +138,78 @@ class _Row:
     ids: list[int] = field(default_factory=list)
     done: bool = False
     finish: str = "length"
+    slot: int = -1                     # its place in the statistics buffers while decoding
+
+
+@dataclass
+class _Batch:
+    """The rows decoding together: their shared key/value cache and where each stands."""
+
+    rows: list[int] = field(default_factory=list)  # indices into the call's rows
+    cache: Any = None
+    mask: torch.Tensor | None = None       # (rows, cache width): 1 on real tokens
+    positions: torch.Tensor | None = None  # (rows, 1): position of each row's last token
+    tokens: torch.Tensor | None = None     # (rows,): each row's last chosen token
+
+    def select(self, keep: list[int], device: str) -> None:
+        """Keep only the rows at ``keep`` (positions in the batch)."""
+        self.rows = [self.rows[b] for b in keep]
+        if not keep:
+            self.cache = self.mask = self.positions = self.tokens = None
+            return
+        index = torch.tensor(keep, device=device)
+        _select_rows(self.cache, index)
+        self.mask, self.positions = self.mask[index], self.positions[index]
+        self.tokens = self.tokens[index]
+
+
+@dataclass
+class _Prefill:
+    """Prompts encoded in one pass, whose cache the rows of their questions copy."""
+
+    cache: Any
+    kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: (questions, heads, width, dim)
+    mask: torch.Tensor                           # (questions, width)
+    positions: torch.Tensor                      # (questions, 1): each prompt's last position
+    logits: torch.Tensor                         # (questions, vocab): float32, next token
+    hidden: torch.Tensor | None                  # (questions, chosen layers, hidden size)
+    index: dict[int, int]                        # question → its row here
+
+
+class _Buffers:
+    """Statistics of the decoding rows, one slot per row; a finished row frees its slot."""
+
+    def __init__(self, slots: int, steps: int, k: int, hidden: tuple[int, int] | None,
+                 device: str) -> None:
+        self.stats = torch.zeros((slots, steps, 5), device=device)
+        self.top_lp = torch.zeros((slots, steps, k), device=device)
+        self.top_ids = torch.zeros((slots, steps, k), dtype=torch.long, device=device)
+        self.hidden = (torch.zeros((slots, steps, *hidden), device=device)
+                       if hidden else None)
+        self._free = list(range(slots - 1, -1, -1))
+
+    def claim(self) -> int:
+        return self._free.pop()
+
+    def record(self, slots: torch.Tensor, steps: torch.Tensor, stats: torch.Tensor,
+               top_lp: torch.Tensor | None, top_ids: torch.Tensor | None,
+               hidden: torch.Tensor | None) -> None:
+        """Write one step of each row at (its slot, its step)."""
+        self.stats[slots, steps] = stats
+        if top_lp is not None:
+            self.top_lp[slots, steps], self.top_ids[slots, steps] = top_lp, top_ids
+        if self.hidden is not None and hidden is not None:
+            self.hidden[slots, steps] = hidden
+
+    def release(self, slot: int, n: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """The first ``n`` steps of ``slot`` (copied out), and the slot freed."""
+        got = (self.stats[slot, :n].cpu().numpy().copy(),
+               self.top_lp[slot, :n].cpu().numpy().copy(),
+               self.top_ids[slot, :n].cpu().numpy().copy(),
+               None if self.hidden is None else self.hidden[slot, :n].cpu().numpy().copy())
+        self._free.append(slot)
+        return got
 
 
 class HFBackend:
@@ -503,58 +580,40 @@ class HFBackend:
                  on_token: TokenCallback | None = None) -> list[GenerationResult]:
         encoded = [self.encode(p) for p in prompts]
         results = [GenerationResult(greedy=None) for _ in prompts]
-        for group in self._groups(encoded, spec, seeds):
-            step_hook = None if on_token is None else self._step_hook(group, results, on_token)
-            for row, gen in zip(group, self._decode(group, encoded, spec, step_hook),
-                                strict=True):
-                if row.generator is None:
-                    results[row.question].greedy = gen
-                else:
-                    results[row.question].samples.append(gen)
+        rows = self._rows(len(encoded), spec, seeds)
+        step_hook = None if on_token is None else self._step_hook(rows, on_token)
+        for row, gen in zip(rows, self._decode(rows, encoded, spec, step_hook), strict=True):
+            if row.generator is None:
+                results[row.question].greedy = gen
+            else:
+                results[row.question].samples.append(gen)
         return results
 
-    def _groups(self, encoded: list[list[int]], spec: GenerationSpec, seeds: list[int]
-                ) -> list[list[_Row]]:
-        """Rows cut into decoding groups: at most ``batch_size`` questions and
-        ``max_rows`` rows each; a question's rows stay together unless they alone
-        exceed ``max_rows``. Sample j of question i draws from seed ``seeds[i] + j``."""
-        per_question = int(spec.greedy) + spec.n_samples
-        if not encoded or not per_question:
-            return []
-        context = max(map(len, encoded)) + spec.max_new_tokens
-        limit = self.rows_per_step(context, min(len(encoded), self.batch_size) * per_question)
-        groups: list[list[_Row]] = []
-        current: list[_Row] = []
-        questions = 0
-        for i in range(len(encoded)):
-            rows = [_Row(i, None)] if spec.greedy else []
+    @staticmethod
+    def _rows(n_questions: int, spec: GenerationSpec, seeds: list[int]) -> list[_Row]:
+        """Each question's greedy row, then its samples; sample j of question i draws
+        from seed ``seeds[i] + j``."""
+        rows = []
+        for i in range(n_questions):
+            if spec.greedy:
+                rows.append(_Row(i, None))
             rows += [_Row(i, torch.Generator(device="cpu").manual_seed((seeds[i] + j) % 2**63))
                      for j in range(spec.n_samples)]
-            if current and (len(current) + len(rows) > limit or questions == self.batch_size):
-                groups.append(current)
-                current, questions = [], 0
-            while len(rows) > limit:  # one question with more rows than a step holds
-                groups.append(rows[:limit])
-                rows = rows[limit:]
-            current += rows
-            questions += 1
-        groups.append(current)
-        return groups
+        return rows
 
     # -- streaming hook (confide.streaming): one call per token; a reason ends the row ------
 
-    def _step_hook(self, group: list[_Row], results: list[GenerationResult],
-                   on_token: TokenCallback) -> Any:
+    def _step_hook(self, rows: list[_Row], on_token: TokenCallback) -> Any:
         """Adapt ``on_token`` to the decoding loop: number each question's samples in
-        row order (continuing across groups) and report tokens as :class:`TokenEvent`."""
+        row order and report tokens as :class:`TokenEvent`."""
         sample_of: dict[int, int | None] = {}
-        count: dict[int, int] = {}
-        for row in group:  # samples of earlier groups are already in results
+        count: Counter[int] = Counter()
+        for row in rows:
             if row.generator is None:
                 sample_of[id(row)] = None
                 continue
-            j = count.get(row.question, len(results[row.question].samples))
-            sample_of[id(row)], count[row.question] = j, j + 1
+            sample_of[id(row)] = count[row.question]
+            count[row.question] += 1
 
         def hook(row: _Row, stats: list[float], top: tuple[list[float], list[int]] | None
                  ) -> str | None:
@@ -568,84 +627,221 @@ class HFBackend:
 
         return hook
 
+    # -- scheduling: which rows decode together ------------------------------------
+
     @torch.inference_mode()
     def _decode(self, rows: list[_Row], encoded: list[list[int]], spec: GenerationSpec,
                 on_step: Any = None) -> list[Generation]:
-        # Prefill each question once; its rows share the cache (expanded, not recomputed).
-        questions = sorted({r.question for r in rows})
-        input_ids, mask, positions = self._left_padded([encoded[q] for q in questions])
-        want_hidden = bool(spec.hidden_layers)
-        logits, cache, layers = self._forward(input_ids, mask, positions, None, want_hidden)
-        slot = {q: n for n, q in enumerate(questions)}
-        owner = torch.tensor([slot[r.question] for r in rows], device=self.device)
-        if len(rows) != len(questions):
-            _select_rows(cache, owner)
-        logits, mask, positions = logits[owner], mask[owner], positions[owner, -1:]
+        """Decode ``rows``, at most :meth:`rows_per_step` in a step; one generation per row.
 
-        n_rows, steps, k = len(rows), spec.max_new_tokens, spec.top_k_alternatives
-        # Per row and step, written at the rows still decoding: chosen log p, entropy, KL(U||p),
-        # Rényi divergence and Fisher-Rao distance of the tempered distribution to uniform.
-        stats = torch.zeros((n_rows, steps, 5), device=self.device)
-        top_lp = torch.zeros((n_rows, steps, k), device=self.device)
-        top_ids = torch.zeros((n_rows, steps, k), dtype=torch.long, device=self.device)
-        hidden = (torch.zeros((n_rows, steps, len(spec.hidden_layers),
-                               self.model.config.hidden_size), device=self.device)
-                  if want_hidden else None)
-        alive = list(range(n_rows))    # row index of each position in the batch
-        alive_t = torch.arange(n_rows, device=self.device)
-        log_vocab = math.log(logits.shape[-1])
-        steps_done = 0
-        for step in range(steps):
-            if step:
-                logits, cache, layers = self._forward(chosen[:, None], mask, positions, cache,
-                                                      want_hidden)
-            logp = torch.log_softmax(logits, dim=-1)
-            chosen = self._choose(logits, [rows[i].generator for i in alive], spec)
-            stats[alive_t, step] = torch.stack(
-                [logp.gather(-1, chosen[:, None]).squeeze(-1),
-                 torch.special.entr(logp.exp()).sum(-1),  # 0 log 0 = 0 for -inf logits
-                 -log_vocab - logp.mean(-1), *_divergences_from_uniform(logits, log_vocab)],
-                dim=-1)
-            if k:
-                values, indices = logp.topk(k, dim=-1)
-                top_lp[alive_t, step], top_ids[alive_t, step] = values, indices
-            if hidden is not None:
-                states = torch.stack([layers[j][:, -1, :] for j in spec.hidden_layers], dim=1)
-                hidden[alive_t, step] = (states[owner] if step == 0 else states).float()
-            steps_done = step + 1
+        Continuous batching: rows enter in their order as places free up. A
+        question's prompt is prefilled once (``batch_size`` questions per pass,
+        ahead of need) and its key/value cache copied to each of its rows as it
+        enters; a finished row leaves at once and a waiting row takes its place,
+        so a step is never held by the longest answer. The schedule depends only
+        on the prompts, the spec and the row limit, never on timing.
+        """
+        if not rows:
+            return []
+        n_questions = len({r.question for r in rows})
+        context = max(len(encoded[r.question]) for r in rows) + spec.max_new_tokens
+        limit = self.rows_per_step(context, min(n_questions, self.batch_size)
+                                   * math.ceil(len(rows) / n_questions))
+        paddable = self._paddable(context + spec.max_new_tokens)
+        want_hidden = bool(spec.hidden_layers)
+        out = _Buffers(limit, spec.max_new_tokens, spec.top_k_alternatives,
+                       (len(spec.hidden_layers), self.model.config.hidden_size)
+                       if want_hidden else None, self.device)
+        waiting = deque(range(len(rows)))
+        batch = _Batch()
+        prefills: dict[int, _Prefill] = {}  # question → the pass holding its prompt cache
+        pending = Counter(r.question for r in rows)  # rows of each question not yet entered
+        results: list[Generation | None] = [None] * len(rows)
+        while waiting or batch.rows:
+            logits = hidden = None
+            if batch.rows:
+                logits, batch.cache, layers = self._forward(
+                    batch.tokens[:, None], batch.mask, batch.positions, batch.cache, want_hidden)
+                hidden = _chosen_layers(layers, spec.hidden_layers)
+            if waiting and len(batch.rows) < limit and (paddable or not batch.rows):
+                logits, hidden = self._admit(batch, logits, hidden, waiting, rows, encoded,
+                                             prefills, pending, limit, paddable, spec, out)
+            chosen = self._choose(logits, [rows[i].generator for i in batch.rows], spec)
+            slots = torch.tensor([rows[i].slot for i in batch.rows], device=self.device)
+            steps = torch.tensor([len(rows[i].ids) for i in batch.rows], device=self.device)
+            step_stats, top_values, top_ids = self._step_statistics(logits, chosen, spec)
+            out.record(slots, steps, step_stats, top_values, top_ids, hidden)
             if on_step is not None:  # streaming hook: this step's statistics, on the CPU
-                step_stats = stats[alive_t, step].tolist()
-                step_top = (top_lp[alive_t, step].tolist(), top_ids[alive_t, step].tolist()
-                            ) if k else None
+                hook_stats = step_stats.tolist()
+                hook_top = (top_values.tolist(), top_ids.tolist()) if top_values is not None \
+                    else None
             keep = []
-            for b, (i, token) in enumerate(zip(alive, chosen.tolist(), strict=True)):
+            for b, (i, token) in enumerate(zip(batch.rows, chosen.tolist(), strict=True)):
                 row = rows[i]
                 row.ids.append(token)
                 if token in self._eos_ids or (spec.stop and self._hit_stop(row.ids, spec.stop)):
                     row.done, row.finish = True, "stop"
                 elif on_step is not None and (reason := on_step(
-                        row, step_stats[b],
-                        None if step_top is None else (step_top[0][b], step_top[1][b]))):
+                        row, hook_stats[b],
+                        None if hook_top is None else (hook_top[0][b], hook_top[1][b]))):
                     row.done, row.finish = True, reason  # the hook ended this row
-                else:
+                elif len(row.ids) < spec.max_new_tokens:
                     keep.append(b)
-            if not keep:
-                break
-            if len(keep) < len(alive):  # finished rows leave the batch
-                index = torch.tensor(keep, device=self.device)
-                _select_rows(cache, index)
-                chosen, mask, positions = chosen[index], mask[index], positions[index]
-                alive_t = alive_t[index]
-                alive = [alive[b] for b in keep]
-            mask = torch.cat([mask, mask.new_ones((len(alive), 1))], dim=-1)
-            positions = positions + 1
-        stats_np = stats[:, :steps_done].cpu().numpy()
-        top_np = top_lp[:, :steps_done].cpu().numpy()
-        ids_np = top_ids[:, :steps_done].cpu().numpy()
-        hidden_np = None if hidden is None else hidden[:, :steps_done].cpu().numpy()
-        return [self._finish(row, spec, stats_np[i], top_np[i], ids_np[i],
-                             None if hidden_np is None else hidden_np[i])
-                for i, row in enumerate(rows)]
+                    continue
+                results[i] = self._finish(row, spec, *out.release(row.slot, len(row.ids)))
+            batch.tokens = chosen
+            if len(keep) < len(batch.rows):  # finished rows leave the batch
+                batch.select(keep, self.device)
+            if batch.rows:
+                batch.mask = torch.cat([batch.mask, batch.mask.new_ones((len(batch.rows), 1))],
+                                       dim=-1)
+                batch.positions = batch.positions + 1
+        return [g for g in results if g is not None]
+
+    def _admit(self, batch: _Batch, logits: torch.Tensor | None, hidden: torch.Tensor | None,
+               waiting: deque[int], rows: list[_Row], encoded: list[list[int]],
+               prefills: dict[int, _Prefill], pending: Counter[int], limit: int,
+               paddable: bool, spec: GenerationSpec, out: _Buffers
+               ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Move waiting rows into the batch while places are free.
+
+        Returns the logits (and chosen hidden layers) of every row in the batch:
+        those of the rows already there, then the prompt's last position for
+        each row that entered. Where caches of different widths cannot be
+        padded together (:meth:`_paddable`), rows enter only an empty batch.
+        """
+        enter: list[int] = []
+        while waiting and len(batch.rows) + len(enter) < limit:
+            q = rows[waiting[0]].question
+            if not paddable and q not in {rows[i].question for i in enter} \
+                    and len({rows[i].question for i in enter}) == self.batch_size:
+                break  # one prefill, no padding: at most batch_size questions
+            enter.append(waiting.popleft())
+        if not paddable:  # prefill the entering rows' questions now and take that cache
+            prefills.clear()
+        needed = [q for q in dict.fromkeys(rows[i].question for i in enter) if q not in prefills]
+        if needed:
+            ahead = list(needed)
+            if paddable:  # prefill the next questions too, batch_size per pass
+                for i in waiting:
+                    if len(ahead) >= self.batch_size:
+                        break
+                    q = rows[i].question
+                    if q not in prefills and q not in ahead:
+                        ahead.append(q)
+            for start in range(0, len(ahead), self.batch_size):
+                chunk = ahead[start:start + self.batch_size]
+                made = self._prefill(chunk, encoded, spec.hidden_layers)
+                prefills.update(dict.fromkeys(chunk, made))
+        groups: dict[int, list[int]] = {}  # prefill (by id) → rows entering from it
+        for i in enter:
+            rows[i].slot = out.claim()
+            groups.setdefault(id(prefills[rows[i].question]), []).append(i)
+        parts = []
+        for members in groups.values():
+            made = prefills[rows[members[0]].question]
+            index = torch.tensor([made.index[rows[i].question] for i in members],
+                                 device=self.device)
+            parts.append((made, index))
+        for i in enter:
+            pending[rows[i].question] -= 1
+            if not pending[rows[i].question]:
+                del prefills[rows[i].question]  # no row needs this prompt's cache again
+        new_logits = torch.cat([made.logits[index] for made, index in parts])
+        new_hidden = (torch.cat([made.hidden[index] for made, index in parts])
+                      if spec.hidden_layers else None)
+        if not paddable:
+            (made, index), = parts
+            batch.cache, batch.mask = made.cache, made.mask[index]
+            batch.positions = made.positions[index]
+            if not torch.equal(index, torch.arange(made.mask.shape[0], device=self.device)):
+                _select_rows(batch.cache, index)
+        else:
+            sources = [(_kv(batch.cache), batch.mask, None)] if batch.rows else []
+            sources += [(made.kv, made.mask, index) for made, index in parts]
+            batch.cache, batch.mask = self._merged(sources)
+            batch.positions = torch.cat(([batch.positions] if batch.rows else [])
+                                        + [made.positions[index] for made, index in parts])
+        batch.rows += enter
+        if logits is None:
+            return new_logits, new_hidden
+        return (torch.cat([logits, new_logits]),
+                None if hidden is None else torch.cat([hidden, new_hidden]))
+
+    def _prefill(self, questions: list[int], encoded: list[list[int]],
+                 hidden_layers: tuple[int, ...]) -> _Prefill:
+        """One forward pass over the (left-padded) prompts of ``questions``."""
+        input_ids, mask, positions = self._left_padded([encoded[q] for q in questions])
+        logits, cache, layers = self._forward(input_ids, mask, positions, None,
+                                              bool(hidden_layers))
+        return _Prefill(cache, _kv(cache), mask, positions[:, -1:], logits,
+                        _chosen_layers(layers, hidden_layers),
+                        {q: n for n, q in enumerate(questions)})
+
+    def _paddable(self, width: int) -> bool:
+        """Whether caches of this model up to ``width`` tokens can be left-padded and
+        stacked: every layer a plain dynamic one, or a sliding-window one whose
+        window ``width`` never fills (it would have dropped tokens)."""
+        from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
+
+        try:
+            layers = DynamicCache(config=self.model.config).layers
+        except (TypeError, ValueError, KeyError):
+            return False
+        return bool(layers) and all(
+            type(layer) is DynamicLayer
+            or (type(layer) is DynamicSlidingWindowLayer and width < layer.sliding_window - 1)
+            for layer in layers)
+
+    def _merged(self, sources: list[tuple[list[tuple[torch.Tensor, torch.Tensor]],
+                                          torch.Tensor, torch.Tensor | None]]
+                ) -> tuple[Any, torch.Tensor]:
+        """One cache (and attention mask) stacking the rows of ``sources``.
+
+        Each source is (per-layer keys and values, mask, rows to take or None
+        for all). A row's tokens sit at the right end of its cache, so each is
+        left-padded (masked) to the longest row's length; columns that are
+        padding in every row are cut, so the cache never grows past the
+        longest row however long the batch runs.
+        """
+        from transformers.cache_utils import DynamicCache
+
+        width = int(max(int(m.sum(-1).max()) for _, m, _ in sources))
+
+        def fit(t: torch.Tensor, index: torch.Tensor | None, dim: int) -> torch.Tensor:
+            """Rows ``index`` of ``t``, cut or left-padded with zeros to ``width`` along ``dim``."""
+            t = t if index is None else t[index]
+            have = t.shape[dim]
+            if have >= width:
+                return t.narrow(dim, have - width, width)
+            pad = [0, 0] * (t.dim() - 1 - dim % t.dim()) + [width - have, 0]
+            return torch.nn.functional.pad(t, pad)
+
+        kv = [(torch.cat([fit(layers[j][0], index, -2) for layers, _, index in sources]),
+               torch.cat([fit(layers[j][1], index, -2) for layers, _, index in sources]))
+              for j in range(len(sources[0][0]))]
+        mask = torch.cat([fit(m, index, -1) for _, m, index in sources])
+        return DynamicCache(ddp_cache_data=kv, config=self.model.config), mask
+
+    # -- statistics and choice of each step ------------------------------------------
+
+    def _step_statistics(self, logits: torch.Tensor, chosen: torch.Tensor,
+                         spec: GenerationSpec
+                         ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """Per row: (chosen log p, entropy, KL(U || p), Rényi divergence and Fisher–Rao
+        distance of the tempered distribution to uniform) and the top-k
+        log-probabilities and token ids, all from the float32 logits of this step."""
+        logp = torch.log_softmax(logits, dim=-1)
+        log_vocab = math.log(logp.shape[-1])
+        stats = torch.stack(
+            [logp.gather(-1, chosen[:, None]).squeeze(-1),
+             torch.special.entr(logp.exp()).sum(-1),  # 0 log 0 = 0 for -inf logits
+             -log_vocab - logp.mean(-1), *_divergences_from_uniform(logits, log_vocab)],
+            dim=-1)
+        if not spec.top_k_alternatives:
+            return stats, None, None
+        values, indices = logp.topk(spec.top_k_alternatives, dim=-1)
+        return stats, values, indices
 
     def _choose(self, logits: torch.Tensor, generators: list[torch.Generator | None],
                 spec: GenerationSpec) -> torch.Tensor:
@@ -656,15 +852,8 @@ class HFBackend:
         if not sampled:
             return chosen
         probs = torch.softmax(logits[sampled] / max(spec.temperature, 1e-6), dim=-1).cpu()
-        sorted_p, order = probs.sort(dim=-1, descending=True)
-        cumulative = sorted_p.cumsum(-1)
-        # Nucleus: keep the smallest prefix whose mass reaches top_p (always the first token).
-        keep = (cumulative - sorted_p) < spec.top_p
-        cumulative = (sorted_p * keep).cumsum(-1)
         draws = torch.cat([torch.rand(1, generator=generators[b]) for b in sampled])
-        u = draws[:, None] * cumulative[:, -1:]
-        pos = torch.searchsorted(cumulative, u).clamp(max=cumulative.shape[-1] - 1)
-        chosen[sampled] = order.gather(-1, pos).squeeze(-1).to(chosen.device)
+        chosen[sampled] = _nucleus_draw(probs, draws, spec.top_p).to(chosen.device)
         return chosen
 
     def _hit_stop(self, ids: list[int], stop: tuple[str, ...]) -> bool:
@@ -713,6 +902,56 @@ class HFBackend:
                 gen.hidden[f"{layer}:last"] = hidden[n - 1, j].astype(np.float16)
                 gen.hidden[f"{layer}:mean"] = hidden[:n, j].mean(0).astype(np.float16)
         return gen
+
+
+def _nucleus_draw(probs: torch.Tensor, draws: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Token ids drawn from each row's nucleus with its uniform number in ``draws``.
+
+    The nucleus is the smallest set of most probable tokens whose mass reaches
+    ``top_p`` (always the first token); the draw inverts its cumulative mass
+    at ``u * mass``. Sorting the whole vocabulary for every row cost as much
+    as the forward pass on a CPU, so rows whose 256 most probable tokens hold
+    ``top_p`` (with a margin far above rounding) draw from those alone: their
+    sorted values and running sums are exactly the first 256 of a full sort's,
+    so the token drawn is the same (only the order among tokens of exactly
+    equal probability may differ). The other rows sort the whole vocabulary.
+    """
+    first = min(_NUCLEUS_FIRST, probs.shape[-1])
+    values, order = probs.topk(first, dim=-1)
+    enough = values.sum(-1) >= top_p + 1e-3
+    if first == probs.shape[-1]:
+        enough[:] = True
+    picked = torch.empty(len(probs), dtype=torch.long)
+    if enough.any():
+        picked[enough] = _invert(values[enough], order[enough], draws[enough], top_p)
+    if not enough.all():
+        rest = ~enough
+        sorted_p, full_order = probs[rest].sort(dim=-1, descending=True)
+        picked[rest] = _invert(sorted_p, full_order, draws[rest], top_p)
+    return picked
+
+
+def _invert(sorted_p: torch.Tensor, order: torch.Tensor, draws: torch.Tensor,
+            top_p: float) -> torch.Tensor:
+    """The draw of :func:`_nucleus_draw` from probabilities sorted in decreasing order."""
+    cumulative = sorted_p.cumsum(-1)
+    keep = (cumulative - sorted_p) < top_p
+    cumulative = (sorted_p * keep).cumsum(-1)
+    u = draws[:, None] * cumulative[:, -1:]
+    pos = torch.searchsorted(cumulative, u).clamp(max=cumulative.shape[-1] - 1)
+    return order.gather(-1, pos).squeeze(-1)
+
+
+def _chosen_layers(layers: Any, hidden_layers: tuple[int, ...]) -> torch.Tensor | None:
+    """(rows, chosen layers, hidden size) float32 states of each row's last position."""
+    if not hidden_layers:
+        return None
+    return torch.stack([layers[j][:, -1, :] for j in hidden_layers], dim=1).float()
+
+
+def _kv(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per layer (keys, values) of a dynamic cache: the tensors themselves, not copies."""
+    return [(layer.keys, layer.values) for layer in cache.layers]
 
 
 def _divergences_from_uniform(logits: torch.Tensor, log_vocab: float
