@@ -154,8 +154,11 @@ def test_openai_rejects_bad_options(options, field):
 
 
 def _questions(n: int) -> list[str]:
+    """What the server reads as each question: the last message, or the whole prompt
+    where the task prompts every model with one completion string (TriviaQA's k-shot)."""
     task = load_task("triviaqa", limit=n)
-    return [task.render(it, chat=True)[-1]["content"] for it in task.items]
+    prompts = [task.render(it, chat=True) for it in task.items]
+    return [p if isinstance(p, str) else p[-1]["content"] for p in prompts]
 
 
 def test_run_against_faulty_server_loses_no_item_and_resumes(tmp_path, monkeypatch, caplog):
