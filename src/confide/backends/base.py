@@ -22,11 +22,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from confide.errors import InvalidInputError
 from confide.options import check_option, check_stop
 from confide.records import Generation, Message
 from confide.registry import Registry, load_object
 
-__all__ = ["BACKENDS", "Backend", "GenerationResult", "GenerationSpec", "NextTokenScorer", "Prompt",
+__all__ = ["BACKENDS", "Backend", "encode_prompt", "GenerationResult", "GenerationSpec", "NextTokenScorer", "Prompt",
            "TokenCallback", "TokenEvent", "item_seed", "load_backend"]
 
 Prompt = str | list[Message]
@@ -153,3 +154,16 @@ def load_backend(name: str, model: str, **options: Any) -> Backend:
     """
     cls = load_object(BACKENDS[name])
     return cls(model, **options)  # type: ignore[operator,no-any-return]
+
+
+def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:
+    """Token ids of a prompt for a local tokenizer (``hf`` and ``vllm`` alike): chat
+    messages through the tokenizer's chat template with the generation prompt, text as is."""
+    if isinstance(prompt, list):
+        if not getattr(tokenizer, "chat_template", None):
+            raise InvalidInputError(
+                "chat messages given but the model's tokenizer has no chat template",
+                field="prompt")
+        text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return list(tokenizer(prompt)["input_ids"])

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from confide.backends.base import (GenerationResult, GenerationSpec, Prompt, TokenCallback,
-                                   TokenEvent)
+                                   TokenEvent, encode_prompt)
 from confide.backends.models import DEFAULT_MODEL, cache_dir, resolve_model
 from confide.errors import InvalidInputError, ModelLoadError
 from confide.records import DIVERGENCE_TEMPERATURE, RENYI_ALPHA, Generation
@@ -440,15 +440,7 @@ class HFBackend:
 
     def encode(self, prompt: Prompt) -> list[int]:
         """Token ids of a prompt: chat messages through the chat template, text as is."""
-        if isinstance(prompt, list):
-            if not self.has_chat_template:
-                raise InvalidInputError(
-                    "chat messages given but the model's tokenizer has no chat template",
-                    field="prompt")
-            text = self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True,
-                                                      tokenize=False)
-            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        return list(self.tokenizer(prompt)["input_ids"])
+        return encode_prompt(self.tokenizer, prompt)
 
     # -- next-token scoring ------------------------------------------------------
 

@@ -44,7 +44,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from confide.backends.base import GenerationResult, GenerationSpec, Prompt
+from confide.backends.base import GenerationResult, GenerationSpec, Prompt, encode_prompt
 from confide.backends.models import DEFAULT_MODEL, resolve_model
 from confide.errors import InvalidInputError, ModelLoadError
 from confide.records import Generation
@@ -320,15 +320,7 @@ class VLLMBackend:
     def encode(self, prompt: Prompt) -> list[int]:
         """Token ids of a prompt, as the ``hf`` backend makes them: chat messages through
         the chat template with the generation prompt, text as is."""
-        if isinstance(prompt, list):
-            if not self.has_chat_template:
-                raise InvalidInputError(
-                    "chat messages given but the model's tokenizer has no chat template",
-                    field="prompt")
-            text = self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True,
-                                                      tokenize=False)
-            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        return list(self.tokenizer(prompt)["input_ids"])
+        return encode_prompt(self.tokenizer, prompt)
 
     def generate(self, prompts: list[Prompt], spec: GenerationSpec,
                  seeds: list[int]) -> list[GenerationResult]:
