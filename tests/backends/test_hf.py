@@ -107,12 +107,26 @@ def _decoder_calls(backend):
     return calls, backend.model.get_decoder().register_forward_pre_hook(hook, with_kwargs=True)
 
 
-@pytest.mark.parametrize("max_rows", [16, 4])
-def test_hf_one_prefill_per_question_and_finished_rows_leave(hf_model, monkeypatch, max_rows):
-    # 10 rows: with room for all they only leave; with room for 4, waiting rows refill
-    monkeypatch.setattr(hf_model, "max_rows", max_rows)
+def _prefill_shapes(backend, prompts):
+    """(rows, tokens) of the prefill passes of ``prompts`` together: their common
+    prefix once, then the rest of each, or the whole prompts if little is shared."""
+    from confide.backends.hf import MIN_SHARED_PREFIX, _common_prefix
+
+    encoded = [backend.encode(p) for p in prompts]
+    shared = _common_prefix(encoded)
+    if len(prompts) < 2 or shared < MIN_SHARED_PREFIX:
+        return [(len(prompts), max(map(len, encoded)))]
+    first = [] if backend._prefix and backend._prefix[0] == tuple(encoded[0][:shared]) \
+        else [(1, shared)]
+    return first + [(len(prompts), max(len(e) - shared for e in encoded))]
+
+
+def test_hf_one_prefill_per_question_and_finished_rows_leave(hf_model, monkeypatch):
+    monkeypatch.setattr(hf_model, "max_rows", 16)  # room for all 10 rows: they only leave
+    monkeypatch.setattr(hf_model, "_prefix", None)
     prompts = [chat(QUESTIONS[0]), chat("Write a long story about a dragon.")]
     spec = GenerationSpec(max_new_tokens=16, n_samples=4, temperature=1.0, top_p=0.9)
+    expected = _prefill_shapes(hf_model, prompts)
     calls, handle = _decoder_calls(hf_model)
     try:
         results = hf_model.generate(prompts, spec, [3, 4])
@@ -120,18 +134,14 @@ def test_hf_one_prefill_per_question_and_finished_rows_leave(hf_model, monkeypat
         handle.remove()
     # one prefill of the two prompts, never one per row
     prefills = [c for c in calls if c[1] > 1]
-    assert prefills == [(2, max(len(hf_model.encode(p)) for p in prompts))]
+    assert prefills == expected and len(expected) == 2  # the chat template's opening is shared
     # each decoding step holds exactly the rows still unfinished: a row that produced
     # L tokens (its end-of-sequence token included) takes part in L - 1 steps
     steps = [c[0] for c in calls if c[1] == 1]
     made = [g.n_tokens + (g.finish_reason == "stop")
             for r in results for g in [r.greedy, *r.samples]]
     assert sum(steps) == sum(n - 1 for n in made)
-    assert max(steps) <= max_rows and steps[-1] < steps[0]
-    if max_rows >= 10:
-        assert steps == sorted(steps, reverse=True)
-    else:  # a freed place is taken by a waiting row: the step after it holds more rows
-        assert any(later > earlier for earlier, later in zip(steps, steps[1:]))
+    assert steps == sorted(steps, reverse=True) and steps[-1] < steps[0] <= 10
 
 
 def test_hf_waiting_rows_refill_the_batch(hf_model, monkeypatch):
@@ -150,12 +160,13 @@ def test_hf_waiting_rows_refill_the_batch(hf_model, monkeypatch):
 
     monkeypatch.setattr(hf_model, "_admit", spy)
     monkeypatch.setattr(hf_model, "max_rows", 3)
+    expected = _prefill_shapes(hf_model, prompts)
     calls, handle = _decoder_calls(hf_model)
     try:
         results = hf_model.generate(prompts, spec, [3, 4])
     finally:
         handle.remove()
-    assert [c for c in calls if c[1] > 1] == [(2, max(len(hf_model.encode(p)) for p in prompts))]
+    assert [c for c in calls if c[1] > 1] == expected
     steps = [c[0] for c in calls if c[1] == 1]
     made = [g.n_tokens + (g.finish_reason == "stop")
             for r in results for g in [r.greedy, *r.samples]]
@@ -165,6 +176,57 @@ def test_hf_waiting_rows_refill_the_batch(hf_model, monkeypatch):
     assert all(after == 3 or waiting == 0 for _, after, waiting in admitted)
     assert any(before > 0 for before, _, _ in admitted)
     assert admitted[-1][2] == 0
+
+
+def test_hf_shared_prompt_prefix_is_encoded_once_and_changes_nothing(hf_model, monkeypatch):
+    """Few-shot prompts share their exemplars: that prefix is run once (and kept for
+    the next call), the rest of each prompt after it; answers and statistics are those
+    of prefilling every prompt whole."""
+    import confide.backends.hf as hf
+    from confide.tasks import load_task
+
+    task = load_task("triviaqa")
+    prompts = [task.render(item, chat=hf_model.has_chat_template) for item in task.items[:3]]
+    spec = GenerationSpec(max_new_tokens=10, n_samples=2, temperature=1.0, top_p=0.9,
+                          stop=("\n",))
+    monkeypatch.setattr(hf_model, "_prefix", None)
+    expected = _prefill_shapes(hf_model, prompts)
+    shared = expected[0][1]
+    assert expected[0][0] == 1 and shared > 100  # five exemplars
+    calls, handle = _decoder_calls(hf_model)
+    try:
+        together = hf_model.generate(prompts, spec, [1, 2, 3])
+        again = hf_model.generate(prompts, spec, [1, 2, 3])
+    finally:
+        handle.remove()
+    prefills = [c for c in calls if c[1] > 1]
+    assert prefills == expected + expected[1:]  # the second call reuses the prefix
+    for prompt, a, b in zip(prompts, together, again, strict=True):
+        for x, y in zip([a.greedy, *a.samples], [b.greedy, *b.samples], strict=True):
+            assert x.token_ids == y.token_ids
+            np.testing.assert_array_equal(x.token_logprobs, y.token_logprobs)
+            logp = reference_logp(hf_model, hf_model.encode(prompt), x.token_ids)
+            chosen = logp.gather(-1, torch.tensor(x.token_ids)[:, None]).squeeze(-1).numpy()
+            np.testing.assert_allclose(x.token_logprobs, chosen, atol=TOLERANCE[hf_model.dtype])
+    if hf_model.dtype != torch.float32:
+        return  # in bfloat16 a sampled token may flip with the rounding of the prefill
+    monkeypatch.setattr(hf, "MIN_SHARED_PREFIX", 10**9)
+    whole = hf_model.generate(prompts, spec, [1, 2, 3])
+    for a, c in zip(together, whole, strict=True):
+        for x, z in zip([a.greedy, *a.samples], [c.greedy, *c.samples], strict=True):
+            assert x.token_ids == z.token_ids
+            np.testing.assert_allclose(x.token_logprobs, z.token_logprobs, atol=1e-4)
+            np.testing.assert_allclose(x.token_entropies, z.token_entropies, atol=1e-4)
+
+
+def test_common_prefix_leaves_each_prompt_a_token():
+    from confide.backends.hf import _common_prefix
+
+    assert _common_prefix([[1, 2, 3, 4], [1, 2, 5]]) == 2
+    assert _common_prefix([[1, 2, 3], [1, 2, 3]]) == 2
+    assert _common_prefix([[1, 2], [1, 2, 3, 4]]) == 1
+    assert _common_prefix([[7, 2], [1, 2]]) == 0
+    assert _common_prefix([[5]]) == 0
 
 
 def test_hf_rows_per_step_do_not_change_answers(hf_model):

@@ -53,6 +53,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 _SPEEDUP_NEEDED = 1.2
 # Doubling the rows of a decoding step must raise tokens/s by this much to be worth it.
 _ROWS_GAIN_NEEDED = 1.15
+#: Prompts of one prefill that open with at least this many equal tokens encode them once.
+MIN_SHARED_PREFIX = 16
 _MAX_ROWS = 512
 # Candidates a nucleus draw looks at before sorting the whole vocabulary (_nucleus_draw).
 _NUCLEUS_FIRST = 256
@@ -270,6 +272,8 @@ class HFBackend:
         self._pad_id = (self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
                         else next(iter(self._eos_ids)))
         self._piece_cache: dict[int, str] = {}
+        self._prefix: tuple[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] | None \
+            = None  # the last shared prompt prefix and its key/value cache (_prefix_cache)
         self._decoder = self.model.get_decoder()
         # transformers renamed `past_key_values` to `cache`; pass whichever this version takes.
         params = inspect.signature(self._decoder.forward).parameters
@@ -723,7 +727,7 @@ class HFBackend:
                         ahead.append(q)
             for start in range(0, len(ahead), self.batch_size):
                 chunk = ahead[start:start + self.batch_size]
-                made = self._prefill(chunk, encoded, spec.hidden_layers)
+                made = self._prefill(chunk, encoded, spec.hidden_layers, paddable)
                 prefills.update(dict.fromkeys(chunk, made))
         groups: dict[int, list[int]] = {}  # prefill (by id) → rows entering from it
         for i in enter:
@@ -761,14 +765,53 @@ class HFBackend:
                 None if hidden is None else torch.cat([hidden, new_hidden]))
 
     def _prefill(self, questions: list[int], encoded: list[list[int]],
-                 hidden_layers: tuple[int, ...]) -> _Prefill:
-        """One forward pass over the (left-padded) prompts of ``questions``."""
-        input_ids, mask, positions = self._left_padded([encoded[q] for q in questions])
-        logits, cache, layers = self._forward(input_ids, mask, positions, None,
-                                              bool(hidden_layers))
-        return _Prefill(cache, _kv(cache), mask, positions[:, -1:], logits,
+                 hidden_layers: tuple[int, ...], paddable: bool) -> _Prefill:
+        """One forward pass over the (left-padded) prompts of ``questions``.
+
+        Where the prompts open with the same :data:`MIN_SHARED_PREFIX` or more
+        tokens (few-shot exemplars, a system prompt) and caches can be padded,
+        that common prefix is encoded once for them all (:meth:`_prefix_cache`)
+        and only each prompt's remainder is run. The prefix depends only on
+        these prompts, so a block's numbers do not depend on what ran before.
+        """
+        prompts = [encoded[q] for q in questions]
+        shared = _common_prefix(prompts) if paddable and len(prompts) > 1 else 0
+        if shared < MIN_SHARED_PREFIX:
+            input_ids, mask, positions = self._left_padded(prompts)
+            logits, cache, layers = self._forward(input_ids, mask, positions, None,
+                                                  bool(hidden_layers))
+            kv = _kv(cache)
+        else:
+            suffix_ids, suffix_mask, positions = self._left_padded([p[shared:] for p in prompts])
+            prefix = self._prefix_cache(tuple(prompts[0][:shared]))
+            mask = torch.cat([suffix_mask.new_ones((len(prompts), shared)), suffix_mask], -1)
+            cache = _cache_from(
+                [(k.expand(len(prompts), -1, -1, -1), v.expand(len(prompts), -1, -1, -1))
+                 for k, v in prefix], self.model.config)
+            logits, cache, layers = self._forward(suffix_ids, mask, positions + shared, cache,
+                                                  bool(hidden_layers))
+            # the suffixes' padding sits between prefix and suffix: move it to the left
+            # end so every row's tokens are contiguous at the right, as _merged expects
+            order = torch.argsort(mask, dim=-1, stable=True)
+            kv = [(_columns(k, order), _columns(v, order)) for k, v in _kv(cache)]
+            mask = mask.gather(-1, order)
+            cache = _cache_from(kv, self.model.config)
+            kv = _kv(cache)
+        return _Prefill(cache, kv, mask, mask.sum(-1, keepdim=True) - 1, logits,
                         _chosen_layers(layers, hidden_layers),
                         {q: n for n, q in enumerate(questions)})
+
+    def _prefix_cache(self, prefix: tuple[int, ...]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer (keys, values) of ``prefix`` alone; the last one is kept, since a
+        run's blocks share their few-shot exemplars or system prompt."""
+
+        if self._prefix is None or self._prefix[0] != prefix:
+            ids = torch.tensor([prefix], device=self.device)
+            _, cache, _ = self._forward(ids, torch.ones_like(ids),
+                                        torch.arange(len(prefix), device=self.device)[None],
+                                        None, False)
+            self._prefix = (prefix, _kv(cache))
+        return self._prefix[1]
 
     def _paddable(self, width: int) -> bool:
         """Whether caches of this model up to ``width`` tokens can be left-padded and
@@ -796,8 +839,6 @@ class HFBackend:
         padding in every row are cut, so the cache never grows past the
         longest row however long the batch runs.
         """
-        from transformers.cache_utils import DynamicCache
-
         width = int(max(int(m.sum(-1).max()) for _, m, _ in sources))
 
         def fit(t: torch.Tensor, index: torch.Tensor | None, dim: int) -> torch.Tensor:
@@ -813,7 +854,7 @@ class HFBackend:
                torch.cat([fit(layers[j][1], index, -2) for layers, _, index in sources]))
               for j in range(len(sources[0][0]))]
         mask = torch.cat([fit(m, index, -1) for _, m, index in sources])
-        return DynamicCache(ddp_cache_data=kv, config=self.model.config), mask
+        return _cache_from(kv, self.model.config), mask
 
     # -- statistics and choice of each step ------------------------------------------
 
@@ -939,6 +980,27 @@ def _chosen_layers(layers: Any, hidden_layers: tuple[int, ...]) -> torch.Tensor 
     if not hidden_layers:
         return None
     return torch.stack([layers[j][:, -1, :] for j in hidden_layers], dim=1).float()
+
+
+def _common_prefix(prompts: list[list[int]]) -> int:
+    """Tokens all ``prompts`` open with, leaving each at least its last token to run."""
+    shared = min(len(p) for p in prompts) - 1
+    for n, column in enumerate(zip(*prompts)):
+        if n >= shared or len(set(column)) > 1:
+            return min(n, shared)
+    return max(shared, 0)
+
+
+def _columns(t: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """Each row's cache columns (dim -2) of ``t`` (rows, heads, width, dim) in ``order``
+    (rows, width)."""
+    return t.gather(-2, order[:, None, :, None].expand(-1, t.shape[1], -1, t.shape[3]))
+
+
+def _cache_from(kv: list[tuple[torch.Tensor, torch.Tensor]], config: Any) -> Any:
+    from transformers.cache_utils import DynamicCache
+
+    return DynamicCache(ddp_cache_data=kv, config=config)
 
 
 def _kv(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
