@@ -333,9 +333,9 @@ def speed(args: argparse.Namespace, python: Path, folder: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     prompts = []
     for item in task.items:  # the exact text confide's backend encodes
-        rendered = task.render(item, chat=True)
-        prompts.append(tokenizer.apply_chat_template(rendered, add_generation_prompt=True,
-                                                     tokenize=False))
+        rendered = task.render(item, chat=True)  # TriviaQA: a k-shot text for every model
+        prompts.append(rendered if isinstance(rendered, str) else tokenizer.apply_chat_template(
+            rendered, add_generation_prompt=True, tokenize=False))
     rows = []
 
     run_dir = folder / "confide-run"
