@@ -38,8 +38,8 @@ def normalize_answer(text: str) -> str:
     r"""Normalise an answer for lexical comparison (SQuAD-style, unicode-aware).
 
     Steps, in order: NFKC compatibility folding (``ſ`` → ``s``, full-width →
-    ASCII), accents on Latin letters dropped (``é`` → ``e``), case-folding,
-    deleting punctuation and symbols (Unicode categories ``P*`` and ``S*``),
+    ASCII), deleting punctuation and symbols (Unicode categories ``P*`` and
+    ``S*``), case-folding, accents on Latin letters dropped (``é`` → ``e``),
     removing the articles *a*, *an*, *the*, and collapsing whitespace.
 
     Parameters
@@ -70,8 +70,11 @@ def normalize_answer(text: str) -> str:
     >>> normalize_answer("Pelé, an Ｏld man")
     'pele old man'
     """
-    text = _fold_latin_accents(unicodedata.normalize("NFKC", text)).casefold()
+    text = unicodedata.normalize("NFKC", text)
+    # punctuation goes before accents are folded: deleting it can put a combining mark
+    # next to an ASCII letter ("B{̀"), which folding must then see
     text = "".join(ch for ch in text if not _is_punct_or_symbol(ch))
+    text = _fold_latin_accents(text.casefold())
     text = _ARTICLES.sub(" ", text)
     return " ".join(text.split())
 
