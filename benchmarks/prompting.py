@@ -70,8 +70,8 @@ def main() -> None:
                 if args.report_only else
                 f"; model loaded in {load_s:.0f} s; load average at start "
                 f"{os.getloadavg()[0]:.1f} on 2 shared cores (wall times are that share)")
-             + ". Both runs were generated at the same time on the same machine, so their "
-             "generation seconds on the same items compare.", "",
+             + ". The variants run one after the other in one process, so their generation "
+             "seconds on the same items compare when nothing else shares the machine.", "",
              "| prompt | items | accuracy | words (mean / median) | tokens (mean) | "
              "best scorer AUROC | length AUROC | disjoint AUROC interval pairs | "
              "scorers significantly below best | generation s (stored per item, summed) | "
