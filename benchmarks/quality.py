@@ -268,8 +268,8 @@ def render(pieces: list[Piece], timings: list[dict[str, Any]], n_resamples: int)
     lines += _md_table(["task", "model", "planned items", "samples", "data",
                         "stored after", "minutes", "load avg at start", "ended by",
                         "finished"], trows)
-    lines += ["", "The machine (2 cores) was shared with other jobs throughout (load average "
-              "column); minutes are wall time of that share, not confide's speed.", ""]
+    lines += ["", "Minutes are wall time on a 2-core machine, shared with whatever else ran "
+              "then (load average column): that share's time, not confide's speed.", ""]
     for p in pieces:
         lines += _piece_section(p)
     return "\n".join(lines) + "\n"
