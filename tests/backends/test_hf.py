@@ -190,6 +190,9 @@ def test_hf_shared_prompt_prefix_is_encoded_once_and_changes_nothing(hf_model, m
     spec = GenerationSpec(max_new_tokens=10, n_samples=2, temperature=1.0, top_p=0.9,
                           stop=("\n",))
     monkeypatch.setattr(hf_model, "_prefix", None)
+    # a pinned row limit: on a fresh machine the first call would otherwise time
+    # rows per step with forward passes of its own
+    monkeypatch.setattr(hf_model, "max_rows", 16)
     expected = _prefill_shapes(hf_model, prompts)
     shared = expected[0][1]
     assert expected[0][0] == 1 and shared > 100  # five exemplars
