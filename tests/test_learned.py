@@ -194,12 +194,61 @@ def test_combiner_weights_and_explicit_nan_handling(rng):
     records = _records(np.zeros((n, 2)), y, scores={"good": good, "noise": noise})
     model = fit(records, kind="combiner", grader="contains", model=MODEL)
     w = model.report["weights"]
-    assert w["good"] > 0.5 and abs(w["noise"]) < abs(w["good"]) / 3
+    assert w["good"] > 0 and abs(w["noise"]) < abs(w["good"]) / 3
     assert set(model.report["missing_weights"]) == {"good", "noise"}
     assert model.report["oof_auroc"] > 0.8
     scores = [s for s, why in model.predict(records)]
     assert not np.isnan(scores).any()  # NaN inputs are imputed + flagged, never dropped silently
     assert model.params["fill"][0] == pytest.approx(float(np.nanmedian(good)))
+
+
+def test_normal_scores_equal_sklearn_quantile_transformer(rng):
+    # ties, values beyond the training range and exactly at its ends
+    from sklearn.preprocessing import QuantileTransformer
+
+    from confide.learned import _normal_scores
+
+    train = np.column_stack([rng.normal(size=300), rng.integers(0, 4, 300).astype(float),
+                             np.exp(rng.normal(size=300))])
+    qt = QuantileTransformer(n_quantiles=100, output_distribution="normal",
+                             subsample=None).fit(train)
+    test = np.column_stack([rng.normal(scale=3, size=50), rng.integers(-1, 6, 50).astype(float),
+                            np.exp(rng.normal(scale=2, size=50))])
+    test[:3] = train.min(0), train.max(0), np.median(train, 0)
+    ours = _normal_scores(test, qt.quantiles_.T, qt.references_)
+    np.testing.assert_allclose(ours, qt.transform(test), atol=1e-12)
+
+
+def test_combiner_file_predicts_what_the_sklearn_pipeline_predicts(rng):
+    # the plain-JSON model (median fill, normal scores, indicators, standardise, logistic)
+    # is the fitted scikit-learn pipeline, rebuilt without pickle
+    from sklearn.impute import MissingIndicator, SimpleImputer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline, make_union
+    from sklearn.preprocessing import QuantileTransformer, StandardScaler
+
+    from confide.learned import COMBINER_C
+
+    n = 120
+    y = (rng.random(n) < 0.4).astype(int)
+    a = np.exp(y + rng.normal(size=n))  # heavy-tailed, like a perplexity
+    b = np.round(rng.normal(size=n))  # ties
+    a[::7] = np.nan
+    model = fit(_records(np.zeros((n, 2)), y, scores={"a": a, "b": b}), kind="combiner",
+                grader="contains", model=MODEL)
+    x = np.column_stack([a, b])
+    ref = make_pipeline(
+        make_union(make_pipeline(SimpleImputer(strategy="median"),
+                                 QuantileTransformer(n_quantiles=n // 2, subsample=None,
+                                                     output_distribution="normal")),
+                   MissingIndicator(features="all")),
+        StandardScaler(), LogisticRegression(C=COMBINER_C, max_iter=5000)).fit(x, y)
+    fresh = np.column_stack([np.exp(rng.normal(scale=2, size=30)), rng.normal(size=30)])
+    fresh[::4, 0] = np.nan
+    records = _records(np.zeros((30, 2)), np.zeros(30), scores={"a": fresh[:, 0],
+                                                                "b": fresh[:, 1]}, prefix="n")
+    ours = np.array([s for s, _ in model.predict(records)])
+    np.testing.assert_allclose(ours, ref.predict_proba(fresh)[:, 1], atol=1e-9)
 
 
 def test_combiner_transfers_to_another_model(rng):
