@@ -3,18 +3,21 @@
 Reads the pieces ``benchmarks/quality.py`` stored (nothing is generated) and
 appends two sections to ``benchmarks/results/quality.md``:
 
-**Learned combination.** Per ranked piece (task × model above chance), the
-``combiner`` of :func:`confide.learned.fit` (logistic regression over every
-stored scorer, inputs standardised, missing-indicators, L2 strength chosen by
-inner cross-validated AUROC) is cross-fitted over 5 folds; its out-of-fold PRR
-is compared with the best single scorer's PRR by a paired bootstrap
-(:func:`confide.metrics.paired_bootstrap`, same resampled items for both). The
-single scorer is chosen as the best on the same items, which favours it (the
-combiner's score is honestly out of fold). Then leave-one-task-out per model:
-the combiner is fitted on the other tasks' records and applied to the held-out
-task, against that task's best single scorer. Next to each line: the number of
-right answers and the largest absolute Spearman correlation between the best
-scorer and the others (a combination of near-copies cannot add much).
+**Learned combination.** Per piece (task × model), the ``combiner`` of
+:func:`confide.learned.fit` (logistic regression over every stored scorer:
+normal scores of each input's training quantiles, missing-indicators, strong L2)
+is cross-fitted over 5 folds, and its out-of-fold PRR is compared by a paired
+bootstrap (:func:`confide.metrics.paired_bootstrap`, same resampled items) with
+two single-scorer baselines: the scorer *chosen in fold* (best PRR on the
+other four folds, applied to the held-out one: the fair comparison, since both
+sides learn from the same labels) and the scorer *best in hindsight* (best PRR
+on all items: an upper bound biased by choosing among 40 scorers after seeing
+the labels). Pieces at chance are shown apart. Then leave-one-task-out per
+model: the combiner is fitted on the other tasks' records and applied to the
+held-out task, against the scorer best on the training tasks and the one best
+in hindsight on the held-out task. Next to each line: the number of right
+answers and the largest absolute Spearman correlation between the hindsight
+best scorer and the others (a combination of near-copies cannot add much).
 
 **Two models on the same items.** For each task both models answered: the
 cascade SmolLM2 → Gemma-3-270m (:func:`confide.decisions.routing.cascade`) at
@@ -51,6 +54,7 @@ from confide.metrics import (  # noqa: E402
     bootstrap_interval,
     paired_bootstrap,
 )
+from confide.metrics.crossfit import crossfit_splits  # noqa: E402
 from confide.records import Record  # noqa: E402
 from confide.runs import open_run  # noqa: E402
 
@@ -79,17 +83,42 @@ def _quiet(fn: Any, *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
 
 
+def _prr(conf: np.ndarray, y: np.ndarray) -> float:
+    keep = ~np.isnan(conf)
+    if keep.sum() < 10:
+        return math.nan
+    return _quiet(bootstrap_interval, "prr", conf[keep], y[keep], n_resamples=1).point
+
+
 def _best_single(records: list[Record], y: np.ndarray, names: list[str]) -> tuple[str, float]:
     """The scorer with the highest PRR on these items (NaN items left out)."""
-    scored = []
-    for n in names:
-        c = _column(records, n)
-        keep = ~np.isnan(c)
-        if keep.sum() >= 10:
-            scored.append((_quiet(bootstrap_interval, "prr", c[keep], y[keep],
-                                  n_resamples=1).point, n))
-    value, name = max((v, n) for v, n in scored if not math.isnan(v))
+    value, name = max((v, n) for n in names
+                      if not math.isnan(v := _prr(_column(records, n), y)))
     return name, value
+
+
+def _on_common_scale(train: list[Record], grader: str, name: str, test: list[Record]
+                     ) -> np.ndarray:
+    """One scorer's values on ``test`` as the one-input combiner fitted on ``train`` maps
+    them (monotone in the scorer): scores of different scorers chosen in different folds
+    become comparable before they are pooled."""
+    fitted = fit(train, kind="combiner", grader=grader, model={}, scorers=[name], n_folds=3,
+                 seed=0)
+    return np.array([v for v, _ in fitted.predict(test)])
+
+
+def _chosen_in_fold(records: list[Record], y: np.ndarray, names: list[str], grader: str
+                    ) -> tuple[np.ndarray, list[str]]:
+    """The honest single-scorer baseline: on each of the combiner's five folds, the
+    scorer with the best PRR on the other four, applied to the held-out fold."""
+    out, chosen = np.full(len(records), np.nan), []
+    for train_idx, test_idx in crossfit_splits(y.astype(int), n_folds=5, seed=0):
+        train = [records[i] for i in train_idx]
+        usable = [n for n in names if np.isfinite(_column(train, n)).any()]
+        best, _ = _best_single(train, y[train_idx], usable)
+        chosen.append(best)
+        out[test_idx] = _on_common_scale(train, grader, best, [records[i] for i in test_idx])
+    return out, chosen
 
 
 def _max_corr(records: list[Record], best: str, names: list[str]) -> float:
@@ -116,67 +145,87 @@ def _fmt(d: dict[str, Any]) -> str:
     return f"{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
 
 
+def _relabelled(records: list[Record], grader: str) -> list[Record]:
+    """Records whose correctness is under one name, so tasks with different graders pool."""
+    return [Record(item=r.item, greedy=r.greedy, samples=[], scores=r.scores,
+                   grades={"label": r.grades[grader]}) for r in records]
+
+
 def combiner_section(pieces: list[Piece], n_resamples: int) -> list[str]:
-    ranked = [p for p in pieces if not p.at_chance]
-    lines = ["## Learned combination (combiner) against the best single scorer", ""]
-    if not ranked:
-        return lines + ["No ranked piece: nothing to fit.", ""]
+    lines = ["## Learned combination (combiner) against the best single scorer", "",
+             "Two baselines. *Chosen in fold* is the fair one: on each of the combiner's "
+             "five folds, the single scorer with the best PRR on the other four folds, "
+             "applied to the held-out fold (what a user with the same labels would do "
+             "instead of fitting a combiner). *Best in hindsight* is the scorer with the "
+             "best PRR on all items, chosen after seeing them: among 40 scorers with a few "
+             "dozen right answers its PRR is biased upwards (the winner's curse), so it is "
+             "an upper bound for any selection, not a baseline. Pieces where the model is "
+             "at chance are shown below the line: they have the most right answers, and "
+             "confidence still predicts which answers happened to be right, but they are "
+             "not ranked anywhere else.", ""]
+    if not pieces:
+        return lines + ["No stored piece: nothing to fit.", ""]
     rows = []
-    data: dict[tuple[str, str], tuple[list[Record], np.ndarray, list[str]]] = {}
-    for p in ranked:
+    data: dict[tuple[str, str], tuple[list[Record], np.ndarray, list[str], str]] = {}
+    ordered = sorted(pieces, key=lambda p: (bool(p.at_chance), p.task, p.model))
+    for p in ordered:
         records, y = _graded(p)
         names = _names(records)
-        data[(p.task, p.model)] = (records, y, names)
-        model = fit(records, kind="combiner", grader=p.table.grader,
+        grader = p.table.grader
+        data[(p.task, p.model)] = (records, y, names, grader)
+        model = fit(records, kind="combiner", grader=grader,
                     model=open_run(p.path).backend_config, scorers=names, n_folds=5, seed=0)
         oof = np.array([model.oof[r.item.id] for r in records])
+        fair, chosen = _chosen_in_fold(records, y, names, grader)
         best, _ = _best_single(records, y, names)
-        d = _vs(oof, _column(records, best), y, n_resamples)
         comb_prr = _quiet(bootstrap_interval, "prr", oof, y, n_resamples=n_resamples)
-        rows.append([p.task, p.model, str(len(y)), str(int(y.sum())), _iv(comb_prr), best,
-                     _fmt(d), f"{_max_corr(records, best, names):.2f}",
-                     str(model.report.get("chosen", "")), f"`{p.path}`"])
-    lines += ["Within task (5-fold cross-fitted combiner; PRR at rejection up to 50%):", ""]
-    lines += _md_table(["task", "model", "items", "right", "combiner PRR", "best single",
-                        "combiner − best single (paired)", "max |Spearman| best vs others",
-                        "chosen", "run"], rows)
-    lines += ["", "Leave one task out (fitted on the model's other ranked tasks, inputs = "
-              "scorers stored in all of them):", ""]
+        fair_prr = _quiet(bootstrap_interval, "prr", fair, y, n_resamples=n_resamples,
+                          nan_policy="omit")
+        rows.append([p.task, p.model, "at chance" if p.at_chance else "ranked", str(len(y)),
+                     str(int(y.sum())), _iv(comb_prr), _iv(fair_prr),
+                     _fmt(_vs(oof, fair, y, n_resamples)),
+                     ", ".join(sorted(set(chosen))), best,
+                     _fmt(_vs(oof, _column(records, best), y, n_resamples)),
+                     f"{_max_corr(records, best, names):.2f}"])
+    lines += ["Within task (5-fold cross-fitted; PRR at rejection up to 50%; paired "
+              "bootstrap over items):", ""]
+    lines += _md_table(["task", "model", "status", "items", "right", "combiner PRR",
+                        "chosen in fold PRR", "combiner − chosen in fold",
+                        "scorers chosen in the folds", "best in hindsight",
+                        "combiner − best in hindsight",
+                        "max |Spearman| hindsight best vs others"], rows)
+    lines += ["", "Leave one task out (fitted on the model's other tasks, each labelled by "
+              "its own grader; inputs = scorers stored in all of them). The fair baseline "
+              "is the scorer with the best PRR on the pooled training tasks:", ""]
     loto = []
-    for model_name in sorted({p.model for p in ranked}):
-        tasks = [p.task for p in ranked if p.model == model_name]
+    for model_name in sorted({p.model for p in pieces}):
+        tasks = sorted(t for t, m in data if m == model_name)
         if len(tasks) < 2:
-            loto.append([model_name, "–", f"needs two ranked tasks; has {len(tasks)}",
-                         "", "", ""])
+            loto.append([model_name, "–", f"needs two tasks; has {len(tasks)}",
+                         "", "", "", "", ""])
             continue
         for held in tasks:
-            test, y_test, test_names = data[(held, model_name)]
-            common = set(test_names)
-            for t in tasks:
-                if t != held:
-                    common &= set(data[(t, model_name)][2])
-            names = sorted(common)
-            # one label across tasks: each training record labelled by its own task's grader
-            train_relabelled = []
-            for t in tasks:
-                if t == held:
-                    continue
-                g = next(p.table.grader for p in ranked if p.task == t and p.model == model_name)
-                for r in data[(t, model_name)][0]:
-                    train_relabelled.append(Record(item=r.item, greedy=r.greedy, samples=[],
-                                                   scores=r.scores,
-                                                   grades={"label": r.grades[g]}))
-            fitted = fit(train_relabelled, kind="combiner", grader="label", model={},
-                         scorers=names, n_folds=5, seed=0)
+            test, y_test, test_names, _ = data[(held, model_name)]
+            others = [t for t in tasks if t != held]
+            names = sorted(set(test_names).intersection(
+                *(set(data[(t, model_name)][2]) for t in others)))
+            train = [r for t in others for r in _relabelled(data[(t, model_name)][0],
+                                                            data[(t, model_name)][3])]
+            y_train = np.array([r.grades["label"] >= 0.5 for r in train], dtype=float)
+            fitted = fit(train, kind="combiner", grader="label", model={}, scorers=names,
+                         n_folds=5, seed=0)
             conf = np.array([v for v, _ in fitted.predict(test)])
+            transfer, _ = _best_single(train, y_train, names)
             best, _ = _best_single(test, y_test, test_names)
-            d = _vs(conf, _column(test, best), y_test, n_resamples)
-            loto.append([model_name, held, " + ".join(t for t in tasks if t != held),
+            loto.append([model_name, held, " + ".join(others),
                          _iv(_quiet(bootstrap_interval, "prr", conf, y_test,
-                                    n_resamples=n_resamples, nan_policy="omit")), best,
-                         _fmt(d)])
+                                    n_resamples=n_resamples, nan_policy="omit")),
+                         transfer, _fmt(_vs(conf, _column(test, transfer), y_test,
+                                            n_resamples)),
+                         best, _fmt(_vs(conf, _column(test, best), y_test, n_resamples))])
     lines += _md_table(["model", "held-out task", "trained on", "combiner PRR",
-                        "best single on held-out", "combiner − best single (paired)"], loto)
+                        "best on training tasks", "combiner − it",
+                        "best in hindsight on held-out", "combiner − it"], loto)
     return lines + [""]
 
 
