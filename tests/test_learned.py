@@ -13,6 +13,7 @@ from confide.errors import ConfigMismatch, InvalidInputError
 from confide.learned import (
     Learned,
     _fit_boosting,
+    _predict,
     _predict_boosting,
     fit,
     token_features,
@@ -249,6 +250,18 @@ def test_combiner_file_predicts_what_the_sklearn_pipeline_predicts(rng):
                                                                 "b": fresh[:, 1]}, prefix="n")
     ours = np.array([s for s, _ in model.predict(records)])
     np.testing.assert_allclose(ours, ref.predict_proba(fresh)[:, 1], atol=1e-9)
+
+
+def test_combiner_file_without_quantiles_is_applied_as_it_was_fitted(rng):
+    # files written before the normal scores: median fill, indicators, standardise, logistic
+    y = np.array([0, 1] * 30)
+    records = _records(np.zeros((60, 2)), y, scores={"s": y + rng.normal(size=60)})
+    params = fit(records, kind="combiner", grader="contains", model=MODEL).to_dict()["params"]
+    del params["quantiles"], params["references"]
+    x = np.array([[0.5], [np.nan], [3.0]])
+    z = np.array([[0.5, 0.0], [params["fill"][0], 1.0], [3.0, 0.0]])
+    logit = ((z - params["mean"]) / params["scale"]) @ params["coef"] + params["intercept"]
+    np.testing.assert_allclose(_predict(params, x), 1 / (1 + np.exp(-logit)))
 
 
 def test_combiner_transfers_to_another_model(rng):

@@ -58,8 +58,8 @@ from confide.errors import ConfigMismatch, InvalidInputError
 from confide.metrics.crossfit import CrossfitCV, crossfit_splits
 from confide.records import Record
 
-__all__ = ["COMBINER_C", "C_GRID", "FORMAT", "KINDS", "TOKEN_FEATURES", "Learned", "apply_to_run", "fit",
-           "fit_run", "run_digest", "token_features"]
+__all__ = ["COMBINER_C", "C_GRID", "FORMAT", "KINDS", "TOKEN_FEATURES", "Learned",
+           "apply_to_run", "fit", "fit_run", "run_digest", "token_features"]
 
 FORMAT = "confide-learned/1"
 KINDS = ("probe", "lens", "combiner")
@@ -67,7 +67,7 @@ C_GRID = (0.01, 0.1, 1.0)  # inverse L2 strengths tried by inner cross-validatio
 # The logistic combiner's one L2 strength. Measured on five task x model pieces of
 # the quality benchmark (21-134 right answers, 42 inputs): C in 0.001-0.01 did
 # best out of fold everywhere; choosing C by inner cross-validation among 0.001-1
-# cost up to 0.09 PRR and doubled its spread over fold seeds.
+# cost up to 0.08 PRR and spread several times wider over fold seeds.
 COMBINER_C = 0.003
 SELECTION_FOLDS = 3  # inner folds choosing layer, C and estimator
 TOKEN_FEATURES = ("mean_logprob", "min_logprob", "mean_entropy", "max_entropy",
@@ -234,11 +234,14 @@ def _normal_scores(x: np.ndarray, quantiles: np.ndarray, references: np.ndarray
 
 def _with_indicators(x: np.ndarray, p: dict[str, Any]) -> np.ndarray:
     """NaN → the training median, then normal scores, beside one 0/1 missing-indicator
-    column per input."""
+    column per input. Files written before the normal scores have no quantiles and are
+    applied as they were fitted."""
     missing = np.isnan(x)
     filled = np.where(missing, np.asarray(p["fill"]), x)
-    scores = _normal_scores(filled, np.asarray(p["quantiles"]), np.asarray(p["references"]))
-    return np.hstack([scores, missing.astype(np.float64)])
+    if "quantiles" in p:
+        filled = _normal_scores(filled, np.asarray(p["quantiles"]),
+                                np.asarray(p["references"]))
+    return np.hstack([filled, missing.astype(np.float64)])
 
 
 def _predict_logistic(p: dict[str, Any], x: np.ndarray) -> np.ndarray:
