@@ -24,8 +24,9 @@ cascade SmolLM2 → Gemma-3-270m (:func:`confide.decisions.routing.cascade`) at
 escalation shares 0, 25, 50, 75 and 100%, with the small model's best scorer
 as the routing confidence; and cross-model agreement as an uncertainty signal
 (Lakshminarayanan et al., 2017, ensembles; here an ensemble of two different
-models): confidence 1 when the other model's greedy answer is equivalent under
-the task's judge, else 0, with its AUROC for each model's correctness.
+models): confidence 1 when the other model's greedy answer is the same (the
+same option on multiple-choice tasks, else equivalent under the task's judge),
+else 0, with its AUROC for each model's correctness.
 
     .venv/bin/python benchmarks/combiner.py
 """
@@ -36,6 +37,7 @@ import argparse
 import math
 import sys
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,7 @@ from quality import RESULTS, Piece, _iv, _md_table, load_pieces  # noqa: E402
 
 from confide.decisions.routing import cascade  # noqa: E402
 from confide.errors import InvalidInputError  # noqa: E402
+from confide.grading.choice import choice  # noqa: E402
 from confide.judges import default_judge, make_judge  # noqa: E402
 from confide.learned import fit  # noqa: E402
 from confide.metrics import (  # noqa: E402
@@ -229,6 +232,23 @@ def combiner_section(pieces: list[Piece], n_resamples: int) -> list[str]:
     return lines + [""]
 
 
+def _picked(answer: str, item: Any) -> int | None:
+    """The option a multiple-choice answer picks, by the ``choice`` grader's reading."""
+    choices = item.metadata.get("choices") or []
+    hits = [k for k in range(len(choices))
+            if choice(answer, replace(item, references=[chr(ord("A") + k)])) >= 0.5]
+    return hits[0] if len(hits) == 1 else None
+
+
+def _agree(a: str, b: str, item: Any, grader: str) -> float:
+    """1 when two models' answers are the same: the same option on multiple-choice
+    tasks ("B" and "B. breathing mask" agree), else equivalent under the task's judge."""
+    if grader == "choice":
+        k = _picked(a, item)
+        return float(k is not None and k == _picked(b, item))
+    return float(make_judge(default_judge(grader)).decide(a, b, item).equivalent)
+
+
 def two_model_section(pieces: list[Piece], n_resamples: int,
                       small: str = "smollm2", large: str = "gemma3-270m") -> list[str]:
     lines = [f"## Two models on the same items: {small} → {large}", ""]
@@ -256,9 +276,7 @@ def two_model_section(pieces: list[Piece], n_resamples: int,
         gs, gl = ps.table.grader, pl.table.grader
         other = {r.item.id: r for r in rl if gl in r.grades}
         pairs = [(a, other[a.item.id]) for a in rs if gs in a.grades and a.item.id in other]
-        judge = make_judge(default_judge(gs))
-        agree = np.array([float(judge.decide(a.greedy.text, b.greedy.text, a.item).equivalent)
-                          for a, b in pairs])
+        agree = np.array([_agree(a.greedy.text, b.greedy.text, a.item, gs) for a, b in pairs])
         for name, side, g in ((small, 0, gs), (large, 1, gl)):
             y = np.array([p[side].grades[g] >= 0.5 for p in pairs], dtype=float)
             own = by[(task, name)]
@@ -277,7 +295,7 @@ def two_model_section(pieces: list[Piece], n_resamples: int,
     lines += _md_table(["task", "routing confidence", "items", "0%", "25%", "50%", "75%",
                         "100%", "oracle"], rows)
     lines += ["", "Cross-model agreement as a confidence (1 = the other model's greedy answer "
-              "is equivalent under the task's judge):", ""]
+              "picks the same option, or is equivalent under the task's judge):", ""]
     lines += _md_table(["task", "model judged", "items", "agreement rate", "accuracy",
                         "AUROC of agreement", "own best scorer AUROC"], agree_rows)
     return lines + [""]

@@ -13,6 +13,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -159,16 +160,33 @@ def test_ray_run_equals_single_process_run(ray_address, config, reference, tmp_p
 def test_worker_killed_mid_shard_loses_and_repeats_nothing(ray_address, config, reference,
                                                            tmp_path):
     killed: list[int] = []
+    first_stored, finished = threading.Event(), threading.Event()
 
-    def kill_once(stored: int, total: int) -> None:
-        # After the first block is stored, end the process working through the rest.
-        if stored and not killed and (pid := _busy_worker()) is not None:
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
+    def watch() -> None:
+        # After the first block is stored, end the process working through the rest:
+        # polled, not only at each stored block, since on a busy machine the worker
+        # may finish its next block before the driver has stored the first.
+        first_stored.wait()
+        while not killed and not finished.is_set():
+            if (pid := _busy_worker()) is not None:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            time.sleep(0.005)
 
+    def note(stored: int, total: int) -> None:
+        if stored:
+            first_stored.set()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     # One shard of all three blocks: one worker holds it, the other waits idle.
-    outcome = execute_ray(config, tmp_path, address=ray_address, workers=2,
-                          threads_per_worker=THREADS, progress=kill_once, shard_size=3)
+    try:
+        outcome = execute_ray(config, tmp_path, address=ray_address, workers=2,
+                              threads_per_worker=THREADS, progress=note, shard_size=3)
+    finally:
+        finished.set()
+        first_stored.set()
+        watcher.join()
     assert killed, "no worker was busy with a block to kill"
     assert outcome.generated == 6 and _stored(tmp_path) == 6
     assert _records(tmp_path) == reference
