@@ -163,9 +163,9 @@ def combiner_section(pieces: list[Piece], n_resamples: int) -> list[str]:
              "best PRR on all items, chosen after seeing them: among 40 scorers with a few "
              "dozen right answers its PRR is biased upwards (the winner's curse), so it is "
              "an upper bound for any selection, not a baseline. Pieces where the model is "
-             "at chance follow the ranked ones (status column): they have the most right answers, and "
-             "confidence still predicts which answers happened to be right, but they are "
-             "not ranked anywhere else.", ""]
+             "at chance follow the ranked ones (status column): they have the most right "
+             "answers, and confidence still predicts which answers happened to be right, "
+             "but they are not ranked anywhere else.", ""]
     if not pieces:
         return lines + ["No stored piece: nothing to fit.", ""]
     rows = []
