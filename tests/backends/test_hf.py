@@ -311,11 +311,12 @@ def test_hf_length_limit_sets_finish_reason(hf_model):
     assert len(gen.token_ids) == 3
 
 
-@pytest.mark.parametrize("name", ["/no/such/model", "./missing-dir", "/tmp/none.gguf",
+@pytest.mark.parametrize("name", ["{tmp}/no/such/model", "./missing-dir", "{tmp}/none.gguf",
                                   "not a model"])
-def test_resolve_model_unknown_path_is_a_clear_error(name):
+def test_resolve_model_unknown_path_is_a_clear_error(name, tmp_path):
+    # absolute paths inside this test's own empty folder: absent on any machine
     with pytest.raises(ModelLoadError, match="no such|not a bundled alias"):
-        resolve_model(name)
+        resolve_model(name.format(tmp=tmp_path))
 
 
 def test_nucleus_draw_equals_a_full_sort():
