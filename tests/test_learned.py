@@ -218,6 +218,15 @@ def test_normal_scores_equal_sklearn_quantile_transformer(rng):
     test[:3] = train.min(0), train.max(0), np.median(train, 0)
     ours = _normal_scores(test, qt.quantiles_.T, qt.references_)
     np.testing.assert_allclose(ours, qt.transform(test), atol=1e-12)
+    # a constant input (a scorer that never varied in training) and infinities stay finite
+    flat = QuantileTransformer(n_quantiles=10, output_distribution="normal",
+                               subsample=None).fit(np.ones((20, 1)))
+    odd = np.array([[1.0], [0.0], [2.0]])
+    np.testing.assert_allclose(_normal_scores(odd, flat.quantiles_.T, flat.references_),
+                               flat.transform(odd), atol=1e-12)
+    beyond = _normal_scores(np.array([[np.inf], [-np.inf]]), qt.quantiles_.T[:1],
+                            qt.references_)  # sklearn refuses these; we clip them
+    assert np.isfinite(beyond).all() and beyond[0, 0] > 5 > -5 > beyond[1, 0]
 
 
 def test_combiner_file_predicts_what_the_sklearn_pipeline_predicts(rng):
