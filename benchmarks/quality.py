@@ -331,6 +331,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="--report-only: other folders of stored runs to include (e.g. "
                          "runs/prompting, greedy-only runs of the default scorers)")
     ap.add_argument("--report-only", action="store_true", help="only rewrite the table")
+    ap.add_argument("--no-table", action="store_true",
+                    help="only run the pieces (queue several, then one --report-only)")
     ap.add_argument("--resamples", type=int, default=1000)
     ap.add_argument("--results", type=Path, default=RESULTS, help="folder of quality.md")
     args = ap.parse_args(argv)
@@ -353,6 +355,8 @@ def main(argv: list[str] | None = None) -> None:
                 timings = _timings(args.results) + [entry]
                 (args.results / "quality_timings.json").write_text(json.dumps(timings, indent=1))
                 print(f"  {entry}", flush=True)
+    if args.no_table:
+        return
     pieces = load_pieces([args.out, *args.also], args.resamples)
     text = render(pieces, _timings(args.results), args.resamples)
     (args.results / "quality.md").write_text(text)

@@ -233,11 +233,10 @@ def test_combiner_file_predicts_what_the_sklearn_pipeline_predicts(rng):
     # the plain-JSON model (median fill, normal scores, indicators, standardise, logistic)
     # is the fitted scikit-learn pipeline, rebuilt without pickle
     from sklearn.impute import MissingIndicator, SimpleImputer
-    from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline, make_union
     from sklearn.preprocessing import QuantileTransformer, StandardScaler
 
-    from confide.learned import COMBINER_C
+    from confide.learned import COMBINER_C, _non_negative_logistic
 
     n = 120
     y = (rng.random(n) < 0.4).astype(int)
@@ -252,13 +251,55 @@ def test_combiner_file_predicts_what_the_sklearn_pipeline_predicts(rng):
                                  QuantileTransformer(n_quantiles=n // 2, subsample=None,
                                                      output_distribution="normal")),
                    MissingIndicator(features="all")),
-        StandardScaler(), LogisticRegression(C=COMBINER_C, max_iter=5000)).fit(x, y)
+        StandardScaler(), _non_negative_logistic()(C=COMBINER_C)).fit(x, y)
     fresh = np.column_stack([np.exp(rng.normal(scale=2, size=30)), rng.normal(size=30)])
     fresh[::4, 0] = np.nan
     records = _records(np.zeros((30, 2)), np.zeros(30), scores={"a": fresh[:, 0],
                                                                 "b": fresh[:, 1]}, prefix="n")
     ours = np.array([s for s, _ in model.predict(records)])
     np.testing.assert_allclose(ours, ref.predict_proba(fresh)[:, 1], atol=1e-9)
+
+
+def test_non_negative_logistic_is_sklearns_logistic_regression_within_its_bounds(rng):
+    # columns: two confidences, then their two missing indicators (sign free)
+    from sklearn.linear_model import LogisticRegression
+
+    from confide.learned import _non_negative_logistic
+
+    n = 400
+    y = (rng.random(n) < 0.4).astype(int)
+    good = y + rng.normal(size=n)
+    inverted = -y + rng.normal(size=n)  # anti-correlated with correctness
+    missing = (rng.random((n, 2)) < 0.2).astype(float)
+    missing[:, 0] += y * (rng.random(n) < 0.3)  # the first indicator says "more likely right"
+    missing = np.minimum(missing, 1.0)
+    x = np.column_stack([good, inverted, -missing])  # indicators pushed negative on purpose
+    ours = _non_negative_logistic()(C=0.5).fit(x, y)
+    # the inverted input's weight is held at zero; the rest is the unbounded fit without it
+    assert ours.coef_[0, 1] == 0.0
+    keep = [0, 2, 3]
+    ref = LogisticRegression(C=0.5, tol=1e-10, max_iter=10_000).fit(x[:, keep], y)
+    np.testing.assert_allclose(ours.coef_[0, keep], ref.coef_[0], atol=1e-4)
+    assert ours.coef_[0, 2] < 0  # an indicator's weight may be negative
+    np.testing.assert_allclose(ours.predict_proba(x)[:, 1], ref.predict_proba(x[:, keep])[:, 1],
+                               atol=1e-5)
+    np.testing.assert_array_equal(ours.predict(x), ref.predict(x[:, keep]))
+    # with no bound binding it is the unbounded fit
+    free = _non_negative_logistic()(C=0.5).fit(np.column_stack([good, -inverted, -missing]), y)
+    ref = LogisticRegression(C=0.5, tol=1e-10, max_iter=10_000).fit(
+        np.column_stack([good, -inverted, -missing]), y)
+    np.testing.assert_allclose(free.coef_[0], ref.coef_[0], atol=1e-4)
+    np.testing.assert_allclose(free.intercept_, ref.intercept_, atol=1e-4)
+
+
+def test_combiner_never_turns_a_scorer_upside_down(rng):
+    # a scorer that anti-correlates with correctness in training gets weight 0, not < 0
+    n = 200
+    y = (rng.random(n) < 0.5).astype(int)
+    records = _records(np.zeros((n, 2)), y, scores={"good": y + rng.normal(size=n),
+                                                    "inverted": -2 * y + rng.normal(size=n)})
+    w = fit(records, kind="combiner", grader="contains", model=MODEL).report["weights"]
+    assert w["good"] > 0 and w["inverted"] == 0.0
 
 
 def test_combiner_file_without_quantiles_is_applied_as_it_was_fitted(rng):

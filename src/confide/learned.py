@@ -18,10 +18,13 @@ graded records of one run:
     median (logistic) or routed by the trees' learned missing branch
     (boosting). The logistic combiner first maps each input to normal scores
     through its training quantiles (scorer outputs are heavy-tailed: sums of
-    log-probabilities, counts) and is strongly regularised
-    (:data:`COMBINER_C`): with a few dozen right answers and 40 correlated
-    inputs, that is what held up out of fold (``benchmarks/combiner.py``).
-    Its outputs rank answers; calibrate them for probabilities.
+    log-probabilities, counts), is strongly regularised (:data:`COMBINER_C`)
+    and gives every input a non-negative weight (each input is a confidence,
+    higher = more likely correct; a negative weight is a sign learned from
+    noise, and it inverted scorers on tasks other than the training one): with
+    a few dozen right answers and 40 correlated inputs, that is what held up
+    out of fold (``benchmarks/combiner.py``). Its outputs rank answers;
+    calibrate them for probabilities.
 
 **Cross-fitting.** Fitting also computes out-of-fold scores for every
 training record: records are split into ``K`` stratified folds by confide's one
@@ -148,9 +151,68 @@ def _view_selector() -> Any:
     return View
 
 
+def _non_negative_logistic() -> Any:
+    from scipy.optimize import minimize
+    from scipy.special import expit
+    from sklearn.base import BaseEstimator, ClassifierMixin
+
+    class NonNegativeLogistic(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
+        r"""L2-penalised logistic regression whose input weights are non-negative,
+
+        .. math:: \min_{w \ge 0,\, v,\, b}\ \sum_i \big[\log(1 + e^{z_i}) - y_i z_i\big]
+                  + \frac{1}{2C}\big(\lVert w\rVert^2 + \lVert v\rVert^2\big), \quad
+                  z_i = w^\top x_i + v^\top m_i + b,
+
+        where :math:`x` are the first half of the columns (confidences, higher = more
+        likely correct, so each may only raise the combined confidence) and :math:`m`
+        the second half (missing indicators, either sign). scikit-learn's
+        ``LogisticRegression`` has no bounds, so this solves the same objective with
+        scipy's L-BFGS-B; without binding bounds the two agree (tested). A weight
+        stays at 0 rather than turn a scorer upside down on a task where it happened
+        to anti-correlate with correctness: that sign flip is what made weights
+        learned on one task hurt on another (``benchmarks/combiner.py``)."""
+
+        def __init__(self, C: float = 1.0, max_iter: int = 5000) -> None:
+            self.C, self.max_iter = C, max_iter
+
+        def fit(self, x: np.ndarray, y: np.ndarray) -> Any:
+            x = np.asarray(x, dtype=np.float64)
+            self.classes_ = np.unique(y)
+            if self.classes_.size != 2:
+                raise ValueError(f"needs two classes; got {self.classes_.size}")
+            t = (np.asarray(y) == self.classes_[1]).astype(np.float64)
+            d, half = x.shape[1], x.shape[1] // 2
+
+            def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
+                w, b = theta[:-1], theta[-1]
+                z = x @ w + b
+                residual = expit(z) - t
+                value = float(np.logaddexp(0.0, z).sum() - t @ z + w @ w / (2 * self.C))
+                return value, np.append(x.T @ residual + w / self.C, residual.sum())
+
+            bounds = [(0.0, None)] * half + [(None, None)] * (d - half + 1)
+            result = minimize(objective, np.zeros(d + 1), jac=True, method="L-BFGS-B",
+                              bounds=bounds, options={"maxiter": self.max_iter})
+            self.coef_, self.intercept_ = result.x[None, :-1], result.x[-1:]
+            return self
+
+        def decision_function(self, x: np.ndarray) -> np.ndarray:
+            return np.asarray(x, dtype=np.float64) @ self.coef_[0] + self.intercept_[0]
+
+        def predict_proba(self, x: np.ndarray) -> np.ndarray:
+            p = expit(self.decision_function(x))
+            return np.column_stack([1.0 - p, p])
+
+        def predict(self, x: np.ndarray) -> np.ndarray:
+            return self.classes_[(self.decision_function(x) > 0).astype(int)]
+
+    return NonNegativeLogistic
+
+
 def _pipeline(columns: dict[str, tuple[int, int]], *, combiner: bool, n: int) -> Any:
     """view → standardise → logistic; for the combiner the view's columns first get a
-    median fill and normal scores, beside one missing-indicator column per input.
+    median fill and normal scores, beside one missing-indicator column per input, and the
+    logistic regression keeps the inputs' weights non-negative.
 
     The boosting candidate replaces the fill and scaling by ``"passthrough"``: its trees
     route NaN along a learned missing branch. ``n`` (training records) bounds the
@@ -170,7 +232,7 @@ def _pipeline(columns: dict[str, tuple[int, int]], *, combiner: bool, n: int) ->
                                                         keep_empty_features=True)),
                                ("quantiles", quantiles)])),
             ("missing", MissingIndicator(features="all"))])
-        clf = LogisticRegression(C=COMBINER_C, max_iter=5000)
+        clf = _non_negative_logistic()(C=COMBINER_C)
     return Pipeline([("view", _view_selector()(columns=columns)), ("impute", impute),
                      ("scale", StandardScaler()), ("clf", clf)])
 
@@ -303,15 +365,18 @@ def _auroc(score: np.ndarray, y: np.ndarray) -> float:
 
 def _grid(keys: list[str], *, combiner: bool, logistic: bool, boosting: bool, seed: int
           ) -> list[dict[str, Any]]:
-    """Candidates: each view with each C of :data:`C_GRID` (the combiner: its one view
-    at :data:`COMBINER_C`), and the boosted trees."""
+    """Candidates: each view with each C of :data:`C_GRID` (the combiner: its one view,
+    non-negative weights, at :data:`COMBINER_C`), and the boosted trees."""
     from sklearn.linear_model import LogisticRegression
 
     grid: list[dict[str, Any]] = []
     if logistic:
-        c_grid = [COMBINER_C] if combiner else list(C_GRID)
-        grid.append({"view__view": keys, "clf": [LogisticRegression(max_iter=5000)],
-                     "clf__C": c_grid})
+        if combiner:
+            grid.append({"view__view": keys, "clf": [_non_negative_logistic()()],
+                         "clf__C": [COMBINER_C]})
+        else:
+            grid.append({"view__view": keys, "clf": [LogisticRegression(max_iter=5000)],
+                         "clf__C": list(C_GRID)})
     if boosting:
         grid.append({"view__view": ["scores"], "impute": ["passthrough"],
                      "scale": ["passthrough"], "clf": [_boosting(seed)]})
@@ -490,8 +555,8 @@ def fit(records: Sequence[Record], *, kind: Kind, grader: str, model: dict[str, 
 
     (logistic; for probes the L2 strength is chosen from :data:`C_GRID` by inner
     cross-validated AUROC; the combiner's inputs are normal scores
-    :math:`\Phi^{-1}(\hat F_j(x_j))` of their training quantiles, at
-    :data:`COMBINER_C`) or gradient-boosted trees (``estimator="boosting"``,
+    :math:`\Phi^{-1}(\hat F_j(x_j))` of their training quantiles, their weights
+    :math:`w_j \ge 0`, at :data:`COMBINER_C`) or gradient-boosted trees (``estimator="boosting"``,
     combiner only; ``"auto"`` picks whichever cross-validates better). Correct means grade
     >= 0.5 under ``grader``; records without that grade are not used.
 
