@@ -5,7 +5,8 @@ appends two sections to ``benchmarks/results/quality.md``:
 
 **Learned combination.** Per piece (task × model), the ``combiner`` of
 :func:`confide.learned.fit` (logistic regression over every stored scorer:
-normal scores of each input's training quantiles, missing-indicators, strong L2)
+normal scores of each input's training quantiles, missing-indicators, strong L2,
+non-negative weights on the scorers)
 is cross-fitted over 5 folds, and its out-of-fold PRR is compared by a paired
 bootstrap (:func:`confide.metrics.paired_bootstrap`, same resampled items) with
 two single-scorer baselines: the scorer *chosen in fold* (best PRR on the
@@ -45,7 +46,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from quality import RESULTS, Piece, _iv, _md_table, load_pieces  # noqa: E402
+from quality import (  # noqa: E402
+    MIN_POSITIVES,
+    RESULTS,
+    Piece,
+    _iv,
+    _md_table,
+    load_pieces,
+)
 
 from confide.decisions.routing import cascade  # noqa: E402
 from confide.errors import InvalidInputError  # noqa: E402
@@ -166,8 +174,15 @@ def combiner_section(pieces: list[Piece], n_resamples: int) -> list[str]:
              "at chance follow the ranked ones (status column): they have the most right "
              "answers, and confidence still predicts which answers happened to be right, "
              "but they are not ranked anywhere else.", ""]
+    # a piece with a handful of right (or wrong) answers has nothing to fit or test on
+    few = [p for p in pieces if min(p.n_correct, p.n - p.n_correct) < MIN_POSITIVES]
+    pieces = [p for p in pieces if p not in few]
+    if few:
+        lines += ["Left out (fewer than {} right or wrong answers): {}.".format(
+            MIN_POSITIVES, ", ".join(f"{p.task} × {p.model} ({p.n_correct} of {p.n} right)"
+                                     for p in few)), ""]
     if not pieces:
-        return lines + ["No stored piece: nothing to fit.", ""]
+        return lines + ["No stored piece to fit.", ""]
     rows = []
     data: dict[tuple[str, str], tuple[list[Record], np.ndarray, list[str], str]] = {}
     ordered = sorted(pieces, key=lambda p: (bool(p.at_chance), p.task, p.model))
