@@ -444,3 +444,13 @@ def test_cli_run_rejects_bad_hidden_layers():
 
     res = CliRunner().invoke(app, ["run", "--hidden-layers", "8,last", "--limit", "1"])
     assert res.exit_code == 2 and "comma-separated integers" in res.output
+
+
+def test_combiner_refuses_infinite_scores_naming_scorer_and_item(rng):
+    y = np.array([0, 1] * 20)
+    a = rng.normal(size=40)
+    a[3] = -np.inf
+    with pytest.raises(InvalidInputError, match=r"score a of item 't3' is -inf") as err:
+        fit(_records(np.zeros((40, 2)), y, scores={"a": a}), kind="combiner",
+            grader="contains", model=MODEL)
+    assert err.value.field == "scores.a"

@@ -609,6 +609,12 @@ def fit(records: Sequence[Record], *, kind: Kind, grader: str, model: dict[str, 
         if all_nan:
             raise InvalidInputError(f"no record has a value for {', '.join(all_nan)}",
                                     field="scorers")
+        rows, cols = np.nonzero(np.isinf(x))
+        if rows.size:
+            raise InvalidInputError(f"score {names[cols[0]]} of item {graded[rows[0]].item.id!r} "
+                                    f"is {x[rows[0], cols[0]]}; a combiner needs finite scores "
+                                    f"or NaN ({rows.size} infinite values in all)",
+                                    field=f"scores.{names[cols[0]]}")
         views["scores"] = x
         features, keys = names, ["scores"]
     else:
