@@ -182,7 +182,7 @@ def test_hf_shared_prompt_prefix_is_encoded_once_and_changes_nothing(hf_model, m
     """Few-shot prompts share their exemplars: that prefix is run once (and kept for
     the next call), the rest of each prompt after it; answers and statistics are those
     of prefilling every prompt whole."""
-    import confide.backends.hf as hf
+    import confide.backends.hf.decoding as decoding  # where the prefill reads it
     from confide.tasks import load_task
 
     task = load_task("triviaqa")
@@ -213,7 +213,7 @@ def test_hf_shared_prompt_prefix_is_encoded_once_and_changes_nothing(hf_model, m
             np.testing.assert_allclose(x.token_logprobs, chosen, atol=TOLERANCE[hf_model.dtype])
     if hf_model.dtype != torch.float32:
         return  # in bfloat16 a sampled token may flip with the rounding of the prefill
-    monkeypatch.setattr(hf, "MIN_SHARED_PREFIX", 10**9)
+    monkeypatch.setattr(decoding, "MIN_SHARED_PREFIX", 10**9)
     whole = hf_model.generate(prompts, spec, [1, 2, 3])
     for a, c in zip(together, whole, strict=True):
         for x, z in zip([a.greedy, *a.samples], [c.greedy, *c.samples], strict=True):

@@ -21,7 +21,8 @@ from faultserver import FaultServer, running  # noqa: E402
 from confide.backends.base import BACKENDS, GenerationSpec  # noqa: E402
 from confide.backends.openai import OpenAIBackend, _public_url  # noqa: E402
 from confide.errors import InvalidInputError  # noqa: E402
-from confide.runner import RunConfig, execute  # noqa: E402
+from confide.plan import RunConfig  # noqa: E402
+from confide.runner import execute  # noqa: E402
 from confide.store import RunStore  # noqa: E402
 from confide.tasks import load_task  # noqa: E402
 

@@ -5,10 +5,22 @@ from confide.backends.base import (
     Backend,
     GenerationResult,
     GenerationSpec,
+    GeneratesAsync,
+    HasAttentions,
+    HasChatTemplate,
+    HasConfig,
+    HasContextWindow,
+    HasLayers,
+    NextTokenScorer,
     Prompt,
+    ScoresUnconditioned,
+    Streams,
+    Tokenizes,
     item_seed,
     load_backend,
 )
 
-__all__ = ["BACKENDS", "Backend", "GenerationResult", "GenerationSpec", "Prompt", "item_seed",
-           "load_backend"]
+__all__ = ["BACKENDS", "Backend", "GenerationResult", "GenerationSpec", "GeneratesAsync",
+           "HasAttentions", "HasChatTemplate", "HasConfig", "HasContextWindow", "HasLayers",
+           "NextTokenScorer", "Prompt", "ScoresUnconditioned", "Streams", "Tokenizes",
+           "item_seed", "load_backend"]

@@ -13,6 +13,29 @@ samples) as it is produced; returning a reason (a non-empty string) ends that
 row there, with that reason as its ``finish_reason`` (``confide.streaming``
 uses it for token-level confidence, early abstention and clients that went
 away).
+
+What a backend offers beyond that is declared by small ``runtime_checkable``
+protocols, which a backend subclasses (or simply implements) and callers test
+with ``isinstance(backend, Protocol)``, never by probing attribute names:
+
+============================  ====================================================  ==========
+protocol                      offers                                                backends
+============================  ====================================================  ==========
+:class:`HasChatTemplate`      ``has_chat_template``: prompts as chat messages       all
+:class:`HasConfig`            ``config()``: the model setup stored with a run       all
+:class:`Streams`              ``streaming``, ``generate(..., on_token=)``           hf, openai
+:class:`GeneratesAsync`       ``aopen``, ``aclose``, ``aprobe``, ``agenerate_one``  openai
+:class:`Tokenizes`            ``encode(prompt)``: the prompt's token ids            hf, vllm
+:class:`HasLayers`            ``n_layers``: hidden-state layers 0 .. n_layers       hf
+:class:`HasContextWindow`     ``context_window``: tokens, None if not stated        hf, vllm
+:class:`NextTokenScorer`      ``next_token_logprobs``: exact one-token replies      hf
+:class:`ScoresUnconditioned`  ``unconditioned_logprobs``: answer, no question       hf
+:class:`HasAttentions`        ``attention_diagonals``: self-attention weights       hf
+============================  ====================================================  ==========
+
+Before Python 3.12 ``isinstance`` reads every member of the protocol, properties
+included (``OpenAIBackend.capabilities`` would probe the server): test for the
+small protocols, not for :class:`Backend` itself.
 """
 
 from __future__ import annotations
@@ -23,12 +46,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from confide.errors import InvalidInputError
-from confide.options import check_option, check_stop
+from confide.options import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, check_option, check_stop
 from confide.records import Generation, Message
 from confide.registry import Registry, load_object
 
-__all__ = ["BACKENDS", "Backend", "encode_prompt", "GenerationResult", "GenerationSpec", "NextTokenScorer", "Prompt",
-           "TokenCallback", "TokenEvent", "item_seed", "load_backend"]
+__all__ = ["BACKENDS", "Backend", "GenerationResult", "GenerationSpec", "GeneratesAsync",
+           "HasAttentions", "HasChatTemplate", "HasConfig", "HasContextWindow", "HasLayers",
+           "NextTokenScorer", "Prompt", "ScoresUnconditioned", "Streams", "TokenCallback",
+           "TokenEvent", "Tokenizes", "encode_prompt", "item_seed", "load_backend"]
 
 Prompt = str | list[Message]
 
@@ -42,8 +67,8 @@ class GenerationSpec:
     max_new_tokens: int = 32
     stop: tuple[str, ...] = ()
     n_samples: int = 0
-    temperature: float = 1.0
-    top_p: float = 0.9
+    temperature: float = DEFAULT_TEMPERATURE
+    top_p: float = DEFAULT_TOP_P
     top_k_alternatives: int = 10
     hidden_layers: tuple[int, ...] = ()
     greedy: bool = True
@@ -119,6 +144,77 @@ class Backend(Protocol):
 
 
 @runtime_checkable
+class Tokenizes(Protocol):
+    """A backend that can count a prompt's tokens (a local model)."""
+
+    def encode(self, prompt: Prompt) -> list[int]:
+        """The token ids of ``prompt`` as the model would read it."""
+        ...
+
+
+@runtime_checkable
+class HasLayers(Protocol):
+    """A backend whose hidden states can be stored: layers 0 (embeddings) .. ``n_layers``."""
+
+    @property
+    def n_layers(self) -> int: ...
+
+
+@runtime_checkable
+class HasContextWindow(Protocol):
+    """A backend that knows its context window in tokens (``None``: not stated)."""
+
+    @property
+    def context_window(self) -> int | None: ...
+
+
+@runtime_checkable
+class HasChatTemplate(Protocol):
+    """A backend that says whether it renders chat messages itself (``hf`` and ``vllm``:
+    the tokenizer's chat template; ``openai``: the server). Where it does, prompts are
+    given as messages; otherwise, and for an object without the attribute, as text."""
+
+    has_chat_template: bool
+
+
+@runtime_checkable
+class HasConfig(Protocol):
+    """A backend that can name its model setup (what :meth:`Backend.config` returns)."""
+
+    def config(self) -> dict[str, Any]:
+        """JSON-safe identity of the model (stored with a run; no secrets)."""
+        ...
+
+
+@runtime_checkable
+class Streams(Protocol):
+    """A backend whose ``generate`` takes ``on_token`` (see the module's notes) when its
+    ``streaming`` is True; test ``isinstance(b, Streams) and b.streaming``."""
+
+    streaming: bool
+
+    def generate(self, prompts: list[Prompt], spec: GenerationSpec, seeds: list[int], *,
+                 on_token: TokenCallback | None = None) -> list[GenerationResult]: ...
+
+
+@runtime_checkable
+class GeneratesAsync(Protocol):
+    """A backend a server's event loop awaits directly (``openai``) instead of running it
+    on a worker thread: one shared client opened and closed with the server."""
+
+    async def aopen(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+    async def aprobe(self) -> bool: ...
+
+    async def agenerate_one(self, prompt: Prompt, spec: GenerationSpec, seed: int, *,
+                            on_token: TokenCallback | None = None) -> GenerationResult:
+        """One prompt's result; raises :class:`~confide.errors.BackendError` on failure."""
+        ...
+
+
+@runtime_checkable
 class NextTokenScorer(Protocol):
     """Optional extra a backend may offer: the next-token distribution of a prompt.
 
@@ -130,6 +226,29 @@ class NextTokenScorer(Protocol):
     def next_token_logprobs(self, prompts: list[Prompt], candidates: list[str]) -> Any:
         """Array ``(len(prompts), len(candidates))`` of ``log p(candidate | prompt)``;
         each candidate must be one token."""
+        ...
+
+
+@runtime_checkable
+class ScoresUnconditioned(Protocol):
+    """A backend that scores given answer tokens without the question (``pmi``, ``cpmi``;
+    capability ``unconditioned_logprobs``)."""
+
+    def unconditioned_logprobs(self, answers: list[list[int]]) -> list[Any]:
+        """Per answer (token ids), a float64 array of each token's log-probability after a
+        neutral prompt in place of the question, in order."""
+        ...
+
+
+@runtime_checkable
+class HasAttentions(Protocol):
+    """A backend that gives attention weights over prompt + answer (``rauq``,
+    ``attention_score``; capability ``attentions``)."""
+
+    def attention_diagonals(self, prompts: list[Prompt], answers: list[list[int]]
+                            ) -> list[tuple[int, Any]]:
+        """Per (prompt, answer): the prompt's length :math:`p` and an array (layers, heads,
+        :math:`p + T`) of each position's attention to itself."""
         ...
 
 

@@ -16,7 +16,9 @@ What the server gives decides :attr:`OpenAIBackend.capabilities`:
 next-token distribution; nor ``unconditioned_logprobs`` or ``attentions``
 (``pmi``, ``cpmi``, ``rauq``, ``attention_score``): the protocol cannot score
 given tokens or return attention weights. The runner skips scorers that need
-more and stores which and why.
+more and stores which and why. Each choice of a reply is read by
+:func:`~confide.backends.openai_logprobs.generation_from_choice`, whose notes give
+the field map.
 
 Requests run concurrently up to ``concurrency``, each with a ``timeout``.
 Timeouts, connection errors, 5xx answers, 429 answers (waiting what
@@ -47,7 +49,6 @@ import concurrent.futures
 import email.utils
 import json
 import logging
-import math
 import os
 import random
 import time
@@ -58,10 +59,10 @@ from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-import numpy as np
 
-from confide.backends.base import (GenerationResult, GenerationSpec, Prompt, TokenCallback,
-                                   TokenEvent)
+from confide.backends.base import (Backend, GenerationResult, GenerationSpec, GeneratesAsync,
+                                   Prompt, Streams, TokenCallback, TokenEvent)
+from confide.backends.openai_logprobs import MalformedResponse, generation_from_choice
 from confide.errors import BackendError, BackendTimeout, InvalidInputError, RateLimited
 from confide.records import Generation, Message
 
@@ -102,10 +103,6 @@ class _BearerAuth(httpx.Auth):
         if self._secret.value:
             request.headers["Authorization"] = f"Bearer {self._secret.value}"
         yield request
-
-
-class _Malformed(Exception):
-    """A 200 reply that cannot be used (bad JSON, missing fields, missing logprobs)."""
 
 
 @dataclass
@@ -166,7 +163,7 @@ def _as_messages(prompt: Prompt) -> list[Message]:
     return [dict(m) for m in prompt]
 
 
-class OpenAIBackend:
+class OpenAIBackend(Backend, Streams, GeneratesAsync):
     """A model behind an OpenAI-compatible ``/chat/completions`` endpoint.
 
     Parameters
@@ -425,7 +422,7 @@ class OpenAIBackend:
                 if status == 200:
                     try:
                         return parse(response.json())
-                    except (ValueError, _Malformed) as exc:
+                    except ValueError as exc:  # bad JSON, or a MalformedResponse
                         failure = BackendError(f"{shown}: unusable reply: {self._short(exc)}")
                 elif status == 429:
                     wait = _retry_after(response)
@@ -491,7 +488,7 @@ class OpenAIBackend:
         try:
             return self._parse_choice({"message": {"content": text}, "finish_reason": finish,
                                        "logprobs": {"content": entries}}, spec)
-        except _Malformed as exc:
+        except MalformedResponse as exc:
             raise BackendError(f"{shown}: unusable stream: {exc}") from exc
 
     def _stream_chunk(self, data: str, shown: str, pieces: list[str], entries: list[Any],
@@ -545,74 +542,18 @@ class OpenAIBackend:
     # -- parsing -----------------------------------------------------------------------
 
     def _parse(self, data: Any, spec: GenerationSpec) -> list[Generation]:
-        """The choices of a reply, in index order; :class:`_Malformed` (retried) if unusable."""
+        """The choices of a reply, in index order; :class:`MalformedResponse` (retried) if
+        unusable."""
         if not isinstance(data, dict):
-            raise _Malformed("the reply is not a JSON object")
+            raise MalformedResponse("the reply is not a JSON object")
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices:
-            raise _Malformed("the reply has no choices")
+            raise MalformedResponse("the reply has no choices", field="choices")
         ordered = sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)
         return [self._parse_choice(c, spec) for c in ordered]
 
     def _parse_choice(self, choice: Any, spec: GenerationSpec) -> Generation:
-        if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
-            raise _Malformed("a choice has no message")
-        raw = choice["message"].get("content")
-        if raw is None:
-            raw = ""
-        if not isinstance(raw, str):
-            raise _Malformed("a choice's message content is not text")
-        finish = str(choice.get("finish_reason") or "stop")
-        gen = Generation(text=raw.strip(), finish_reason=finish)
-        if not self.logprobs:
-            return gen
-        lp = choice.get("logprobs")
-        content = lp.get("content") if isinstance(lp, dict) else None
-        if not isinstance(content, list):
-            raise _Malformed("log-probabilities were asked for but the reply has none")
-        tokens: list[str] = []
-        values: list[float] = []
-        tops: list[list[tuple[str, float]]] = []
-        try:
-            for entry in content:
-                tokens.append(str(entry["token"]))
-                values.append(float(entry["logprob"]))
-                tops.append([(str(t["token"]), float(t["logprob"]))
-                             for t in entry.get("top_logprobs") or []])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise _Malformed(f"a log-probability entry is malformed ({exc!r})") from exc
-        if not all(math.isfinite(v) for v in values) or not all(
-                math.isfinite(v) for step in tops for _, v in step):
-            raise _Malformed("a log-probability is not finite")
-        n = _answer_length(tokens, raw)
-        gen.tokens = tokens[:n]
-        gen.token_logprobs = np.asarray(values[:n], dtype=np.float32)
-        k = min([len(step) for step in tops[:n]], default=0)
-        if k:
-            gen.top_logprobs = np.asarray([[v for _, v in step[:k]] for step in tops[:n]],
-                                          dtype=np.float32)
-            gen.top_tokens = [[t for t, _ in step[:k]] for step in tops[:n]]
-        elif n == 0 and spec.top_k_alternatives:
-            gen.top_logprobs = np.zeros((0, 0), dtype=np.float32)
-            gen.top_tokens = []
-        return gen
-
-
-def _answer_length(tokens: list[str], text: str) -> int:
-    """How many leading tokens carry the answer text.
-
-    Servers may list tokens past the returned text: the end-of-turn token, or
-    the tokens of a stop sequence that was cut off. Keep the shortest prefix
-    whose characters cover the text, as the hf backend does.
-
-    >>> _answer_length(["Par", "is", "\\n", "<|im_end|>"], "Paris")
-    2
-    >>> _answer_length(["Par", "is"], "Paris")
-    2
-    >>> _answer_length(["<|im_end|>"], "")
-    0
-    """
-    n = len(tokens)
-    while n and len("".join(tokens[:n - 1])) >= len(text):
-        n -= 1
-    return n
+        """One chat choice (:func:`~confide.backends.openai_logprobs.generation_from_choice`);
+        its log-probabilities are required exactly when the server returns them."""
+        return generation_from_choice(choice, logprobs=self.logprobs,
+                                      top_k_alternatives=spec.top_k_alternatives, api="chat")

@@ -44,7 +44,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from confide.backends.base import GenerationResult, GenerationSpec, Prompt, encode_prompt
+from confide.backends.base import (Backend, GenerationResult, GenerationSpec, HasContextWindow,
+                                   Prompt, Tokenizes, encode_prompt)
 from confide.backends.models import DEFAULT_MODEL, resolve_model
 from confide.errors import InvalidInputError, ModelLoadError
 from confide.records import Generation
@@ -239,7 +240,7 @@ def _end_ids(tokenizer: Any, path: str) -> frozenset[int]:
     return frozenset(ids)
 
 
-class VLLMBackend:
+class VLLMBackend(Backend, Tokenizes, HasContextWindow):
     """A model served by vLLM's offline engine as a confide backend.
 
     Parameters
@@ -294,7 +295,7 @@ class VLLMBackend:
         self._pieces: dict[int, str] = {}
 
     @property
-    def capabilities(self) -> frozenset[str]:
+    def capabilities(self) -> frozenset[str]:  # type: ignore[override]
         exact = {"token_logprobs", "top_logprobs", "samples", "extra_prompt"}
         return frozenset(exact | ({"token_entropies", "token_kl_uniform"}
                                   if self.approximate else set()))

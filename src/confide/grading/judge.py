@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from confide.backends.base import HasChatTemplate
 from confide.backends.binary import NO, YES, two_way_probability
 from confide.errors import CannotScore, ConfideError
 from confide.grading.base import grader, references
@@ -57,7 +58,8 @@ def judge(answer: str, item: Item, *, backend: Any = None) -> float:
     if backend is None:
         raise ConfideError("the judge grader needs a model: pass backend= (confide run passes "
                            "the run's model)")
-    prompt = judge_prompt(answer, item, chat=bool(getattr(backend, "has_chat_template", False)))
+    chat = isinstance(backend, HasChatTemplate) and bool(backend.has_chat_template)
+    prompt = judge_prompt(answer, item, chat=chat)
     try:
         return two_way_probability(backend, prompt, YES, NO)
     except CannotScore as exc:

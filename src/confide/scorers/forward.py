@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from confide.backends.base import Prompt
+from confide.backends.base import HasAttentions, HasChatTemplate, Prompt, ScoresUnconditioned
 from confide.errors import CannotScore
 from confide.records import Record
 from confide.scorers.base import Cost, Need, ScoringContext, scorer
@@ -47,10 +47,12 @@ RAUQ_ALPHA_BASE = 0.2  # and for base models
 ATTENTION_EPSILON = 1e-12  # added before the log (LM-Polygraph's value); weights are > 0
 
 
-def _backend_with(ctx: ScoringContext, method: str) -> Any:
+def _backend_with(ctx: ScoringContext, protocol: type, what: str) -> Any:
+    """The context's backend if it offers ``protocol`` (an extra forward pass); else
+    :class:`CannotScore` saying it cannot give ``what``."""
     backend = ctx.backend
-    if backend is None or not callable(getattr(backend, method, None)):
-        raise CannotScore(f"the backend cannot give {method.replace('_', ' ')}")
+    if backend is None or not isinstance(backend, protocol):
+        raise CannotScore(f"the backend cannot give {what}")
     return backend
 
 
@@ -65,7 +67,7 @@ def _unconditioned(record: Record, ctx: ScoringContext) -> np.ndarray:
         raise CannotScore("empty answer: no tokens to score")
 
     def compute() -> np.ndarray:
-        backend = _backend_with(ctx, "unconditioned_logprobs")
+        backend = _backend_with(ctx, ScoresUnconditioned, "unconditioned logprobs")
         return np.asarray(backend.unconditioned_logprobs([ids])[0], dtype=np.float64)
 
     u: np.ndarray = ctx.cached(record, "unconditioned_logprobs", compute)
@@ -184,7 +186,7 @@ def _attention(record: Record, ctx: ScoringContext) -> tuple[int, np.ndarray]:
     prompt = _generation_prompt(record, ctx)
 
     def compute() -> tuple[int, np.ndarray]:
-        backend = _backend_with(ctx, "attention_diagonals")
+        backend = _backend_with(ctx, HasAttentions, "attention diagonals")
         length, diagonal = backend.attention_diagonals([prompt], [ids])[0]
         return int(length), np.asarray(diagonal, dtype=np.float64)
 
@@ -268,7 +270,7 @@ def rauq(record: Record, ctx: ScoringContext) -> float:
     length, diagonal = _attention(record, ctx)
     alpha = ctx.options.get("rauq_alpha")
     if alpha is None:
-        chat = bool(getattr(ctx.backend, "has_chat_template", False))
+        chat = isinstance(ctx.backend, HasChatTemplate) and bool(ctx.backend.has_chat_template)
         alpha = RAUQ_ALPHA_CHAT if chat else RAUQ_ALPHA_BASE
     t = logprobs.size
     previous = diagonal[list(rauq_layers(diagonal.shape[0])), :, length:length + t - 1]

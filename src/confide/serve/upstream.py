@@ -19,7 +19,8 @@ import concurrent.futures
 import functools
 from dataclasses import dataclass, field
 
-from confide.backends.base import Backend, GenerationResult, GenerationSpec, Prompt, TokenCallback
+from confide.backends.base import (Backend, GenerationResult, GenerationSpec, GeneratesAsync,
+                                   Prompt, Streams, TokenCallback)
 from confide.errors import BackendError, BackendTimeout
 
 __all__ = ["Upstream"]
@@ -41,7 +42,7 @@ class Upstream:
         self.backend = backend
         self.timeout = timeout
         self.max_batch = max_batch
-        self._is_async = hasattr(backend, "agenerate_one")
+        self._is_async = isinstance(backend, GeneratesAsync)
         self._queue: asyncio.Queue[_Job] | None = None
         self._worker: asyncio.Task[None] | None = None
         self._thread: concurrent.futures.ThreadPoolExecutor | None = None
@@ -52,7 +53,7 @@ class Upstream:
 
     @property
     def can_stream(self) -> bool:
-        return bool(getattr(self.backend, "streaming", False))
+        return isinstance(self.backend, Streams) and bool(self.backend.streaming)
 
     async def start(self) -> None:
         if self._is_async:

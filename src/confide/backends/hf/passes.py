@@ -1,0 +1,150 @@
+"""The forward passes the hf backend runs besides decoding, for scorers that ask again.
+
+* :meth:`ExtraPasses.next_token_logprobs`: the probability of given one-token
+  replies after a prompt (``p_true``, the yes/no judges and grader);
+* :meth:`ExtraPasses.unconditioned_logprobs`: the answer's tokens after a
+  neutral prompt instead of the question (``pmi``, ``cpmi``);
+* :meth:`ExtraPasses.attention_diagonals`: each position's attention to itself
+  over prompt + answer (``rauq``, ``attention_score``).
+
+Each is a teacher-forced pass over given tokens, logits projected in float32;
+nothing is generated.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from confide.backends.base import Prompt
+from confide.errors import InvalidInputError
+
+__all__ = ["ExtraPasses"]
+
+
+class ExtraPasses:
+    """The extra forward passes of :class:`~confide.backends.hf.HFBackend` (a mixin of it)."""
+
+    # -- next-token scoring ------------------------------------------------------
+
+    def candidate_token_id(self, text: str) -> int:
+        """The id of ``text`` as one token (no special tokens added).
+
+        Raises :class:`~confide.errors.InvalidInputError` when ``text`` is not
+        exactly one token of this tokenizer.
+        """
+        ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        if len(ids) != 1:
+            raise InvalidInputError(f"{text!r} is {len(ids)} tokens for {self.source.name}, "
+                                    "not one", field="candidates")
+        return int(ids[0])
+
+    @torch.inference_mode()
+    def next_token_logprobs(self, prompts: list[Prompt], candidates: list[str]) -> np.ndarray:
+        r"""Log-probabilities of single-token ``candidates`` as the next token after each prompt.
+
+        .. math:: L_{ij} = \log p(v_j \mid x_i) = z_{i,v_j} - \log\sum_v e^{z_{i,v}}
+
+        One forward pass over the (left-padded) prompts per batch of
+        ``batch_size``; nothing is generated; logits are projected in float32.
+        Chat prompts go through the chat template with the generation prompt,
+        so the next token is the first token of the assistant's reply.
+
+        Returns an array of shape ``(len(prompts), len(candidates))``.
+        """
+        ids = [self.candidate_token_id(c) for c in candidates]
+        index = torch.tensor(ids, dtype=torch.long, device=self.device)
+        encoded = [self.encode(p) for p in prompts]
+        out = np.zeros((len(prompts), len(ids)), dtype=np.float64)
+        for start in range(0, len(encoded), self.batch_size):
+            chunk = encoded[start:start + self.batch_size]
+            input_ids, mask, positions = self._left_padded(chunk)
+            hidden = self._decoder(input_ids=input_ids, attention_mask=mask,
+                                   position_ids=positions, use_cache=False).last_hidden_state
+            logp = torch.log_softmax(self.float32_logits(hidden[:, -1, :]), dim=-1)[:, index]
+            out[start:start + len(chunk)] = logp.cpu().numpy()
+        return out
+
+    # -- the answer scored again -----------------------------------------------
+
+    def neutral_prompt(self) -> list[int]:
+        """Token ids of a prompt without a question, for scoring an answer unconditioned.
+
+        A chat model: its chat template around one empty user message (with
+        the generation prompt and any default system message of the
+        template), so the answer still sits in the assistant's turn. A plain
+        model: its beginning-of-sequence token, or the end-of-sequence token
+        (the document separator) for a tokenizer without one.
+        """
+        if self.has_chat_template:
+            return self.encode([{"role": "user", "content": ""}])
+        ids = self.encode("")
+        if ids:
+            return ids
+        start = self.tokenizer.bos_token_id
+        return [int(start) if start is not None else next(iter(sorted(self._eos_ids)))]
+
+    @torch.inference_mode()
+    def unconditioned_logprobs(self, answers: list[list[int]]) -> list[np.ndarray]:
+        r"""Log-probability of each answer token without the question.
+
+        .. math:: u_t = \log p(y_t \mid n, y_{<t})
+
+        :math:`n` is :meth:`neutral_prompt`. One teacher-forced forward pass
+        per batch of ``batch_size`` answers (left-padded), float32 logits, no
+        cache kept. Returns one float64 array of length ``len(answer)`` per
+        answer, in order.
+        """
+        neutral = self.neutral_prompt()
+        out: list[np.ndarray] = []
+        for start in range(0, len(answers), self.batch_size):
+            chunk = [list(a) for a in answers[start:start + self.batch_size]]
+            input_ids, mask, positions = self._left_padded([neutral + a for a in chunk])
+            hidden = self._decoder(input_ids=input_ids, attention_mask=mask,
+                                   position_ids=positions, use_cache=False).last_hidden_state
+            width = input_ids.shape[1]
+            for b, answer in enumerate(chunk):
+                n = len(answer)
+                logp = torch.log_softmax(self.float32_logits(hidden[b, width - n - 1:width - 1]),
+                                         dim=-1)
+                index = torch.tensor(answer, dtype=torch.long, device=self.device)[:, None]
+                out.append(logp.gather(-1, index).squeeze(-1).double().cpu().numpy())
+        return out
+
+    @torch.inference_mode()
+    def attention_diagonals(self, prompts: list[Prompt], answers: list[list[int]]
+                            ) -> list[tuple[int, np.ndarray]]:
+        r"""Each position's attention to itself, per layer and head, over prompt + answer.
+
+        .. math:: d_{l,h,i} = A^{(l,h)}_{i,i}, \qquad
+                  A^{(l,h)} = \mathrm{softmax}\big(Q K^\top/\sqrt{d} + M\big)
+
+        from one teacher-forced forward pass over the prompt's tokens
+        followed by the answer's. Returns, per (prompt, answer), the prompt's
+        length :math:`p` and a float32 array of shape (layers, heads,
+        :math:`p + T`). In the decoding loop the step that chose answer token
+        :math:`y_j` ran its query at position :math:`p + j - 1` (the token
+        :math:`y_{j-1}`), so :math:`d_{l,h,p+j-1}` is the weight that step gave
+        the token just generated.
+
+        Attention weights need the eager attention kernel: the model is
+        switched to it for this pass alone and back afterwards, so the
+        decoding loop keeps its faster kernel; a ``generate`` running at the
+        same time in another thread would decode those steps with the eager
+        kernel (the same numbers to rounding). One sequence per pass: all
+        layers' :math:`(p+T)^2` weights are held at once.
+        """
+        previous = self.model.config._attn_implementation
+        out: list[tuple[int, np.ndarray]] = []
+        self.model.set_attn_implementation("eager")
+        try:
+            for prompt, answer in zip(prompts, answers, strict=True):
+                prompt_ids = self.encode(prompt)
+                ids = torch.tensor([prompt_ids + list(answer)], device=self.device)
+                attentions = self._decoder(input_ids=ids, use_cache=False,
+                                           output_attentions=True).attentions
+                diagonal = torch.stack([a[0].diagonal(dim1=-2, dim2=-1) for a in attentions])
+                out.append((len(prompt_ids), diagonal.float().cpu().numpy()))
+        finally:
+            self.model.set_attn_implementation(previous)
+        return out
