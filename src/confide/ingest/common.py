@@ -1,0 +1,538 @@
+r"""What every log reader shares: the :class:`Imported` record, the streamed JSON reading,
+the checks on log-probabilities and the one rule that turns per-token steps into a
+:class:`~confide.records.Generation`.
+
+Reading
+-------
+A log file is read record by record, never whole (:func:`iter_json_records`):
+
+- a file whose first non-blank character is ``[`` holds **one JSON array**; its
+  elements are decoded one at a time from a buffer of at most one element plus
+  64 KiB, so a 100,000-element array is streamed like JSON Lines. A record's
+  ``line`` is the physical line where its element starts. JSON that does not
+  parse inside an array cannot be stepped over, so it raises even when skipping;
+- a file whose first non-blank line is a lone ``{`` holds **pretty-printed JSON
+  objects**, one after another (one reply saved with ``indent=2``, or ``jq``
+  output); they are streamed the same way;
+- anything else is **JSON Lines**: one object per line, blank lines ignored; a
+  line that is not JSON is a bad record (skippable).
+
+Statistics
+----------
+Every format hands :func:`build_generation` a list of :class:`Step`: the chosen
+token, its log-probability and the listed alternatives (``openai`` reads choices
+with the ``openai`` backend's own reader and adds :func:`entropy_bounds`). From it:
+
+- ``token_logprobs`` when every answer token has its log-probability;
+- ``top_logprobs`` / ``top_tokens`` when every answer token has at least one
+  alternative (``k`` = the fewest any token has, best first);
+- ``token_entropies`` only as **lower bounds from the top-k**, by the rule of the
+  ``vllm`` backend (:func:`confide.backends.vllm.topk_statistics`): with
+  :math:`p_i` the listed probabilities, :math:`p_{(k)}` the smallest of the top-k
+  and :math:`R = 1 - \sum_i p_i` the unseen mass,
+  :math:`H \ge -\sum_i p_i \log p_i + R \log(1/p_{(k)})` (no vocabulary size is
+  needed for the lower bound). Such a record says so in
+  :attr:`Imported.approximate`, as the ``vllm`` backend says so in its stored
+  configuration. The bound holds only when the listed alternatives are the
+  model's own top-k, which is what OpenAI-compatible servers, vLLM and
+  llama.cpp's ``top_logprobs`` give; probabilities taken after a sampler
+  (llama.cpp's ``post_sampling_probs``) give no bounds. A log may list the
+  sampled token beyond the top-k (the legacy Completions API adds it, with no
+  rank to tell): when it is the least likely listed entry it is set apart
+  before the bound is taken (:meth:`Step.ranked`); setting apart a true k-th
+  token only loosens the bound;
+- never ``token_kl_uniform``, ``token_renyi_uniform`` or
+  ``token_fisher_rao_uniform``: they need the whole next-token distribution.
+
+Logs list tokens past the answer text (an end-of-turn token, a cut stop string);
+where a format says so, the answer keeps the shortest prefix of tokens whose text
+covers the answer (:func:`answer_length`), as the backends do. An empty list of
+tokens with a non-empty answer means the log has no statistics for it, not that
+the record is bad.
+
+Untrusted input: nothing is evaluated or unpickled; a log-probability that is not
+a finite number :math:`\le 0` (or a probability outside :math:`[0, 1]`) makes the
+record bad, and the error names ``file:line: field:``.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from confide.backends.openai_logprobs import answer_length
+from confide.backends.vllm import topk_statistics
+from confide.errors import InvalidInputError
+from confide.records import Generation, Item, Record
+from confide.registry import Registry
+
+__all__ = ["BadField", "CHUNK", "Context", "FORMATS", "Imported", "LogFormat", "Step",
+           "answer_length", "build_generation", "capabilities_of", "check_logprob",
+           "check_prob", "entropy_bounds", "get_list", "get_str", "iter_json_records",
+           "label_from", "need_list", "references_from", "text_prompt"]
+
+#: Bytes read at a time when streaming a JSON array or pretty-printed objects.
+CHUNK = 1 << 16
+# The lower entropy bound does not depend on the vocabulary size (only the upper one
+# does); topk_statistics asks for one, so a nominal size larger than any top-k is given.
+_NOMINAL_VOCAB = 1 << 40
+# Statistics an imported record can provide, in the order they are checked.
+_TOKEN_STATS = ("token_logprobs", "top_logprobs", "token_entropies")
+
+
+class BadField(Exception):
+    """Raised by a format's parser: ``field`` of the record is unusable, and why.
+
+    The reader turns it into :class:`~confide.errors.InvalidInputError` naming the
+    file and line (or skips the record with ``on_bad_record="skip"``).
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field, self.message = field, message
+
+
+@dataclass
+class Imported:
+    """One record read from a log: the question, the answer, the samples, what they give.
+
+    ``capabilities`` are the :class:`~confide.scorers.Need` values this record's
+    statistics provide: ``token_logprobs``, ``top_logprobs`` and ``token_entropies``
+    when the greedy answer *and every sample* have them, and ``samples`` when there
+    are samples. ``approximate`` maps a statistic that is a bound or not the model's
+    own distribution to how (``{"token_entropies": "lower bounds from the top 5
+    log-probabilities"}``). ``line`` is where the record starts in the file.
+    """
+
+    item: Item
+    greedy: Generation
+    samples: list[Generation] = field(default_factory=list)
+    label: float | None = None
+    line: int = 0
+    capabilities: frozenset[str] = frozenset()
+    approximate: dict[str, str] = field(default_factory=dict)
+
+    def to_record(self) -> Record:
+        """A :class:`~confide.records.Record` (no scores, no grades yet)."""
+        return Record(item=self.item, greedy=self.greedy, samples=list(self.samples))
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a parser needs besides the record: where it is, and the reader's options."""
+
+    source: str
+    stem: str
+    line: int
+    label_field: str | None = None
+    entropy_bounds: bool = True
+
+    @property
+    def default_id(self) -> str:
+        return f"{self.stem}-{self.line}"
+
+
+@dataclass(frozen=True)
+class LogFormat:
+    """One log format: its name, how to recognise its first record, how to parse one."""
+
+    name: str
+    looks_like: Callable[[dict[str, Any]], bool]
+    parse: Callable[[dict[str, Any], Context], Imported]
+    summary: str
+
+
+FORMATS: Registry[LogFormat] = Registry("log format")
+
+
+@dataclass
+class Step:
+    """One generated token as a log gives it.
+
+    ``logprob`` is the chosen token's log-probability (None when the log lacks it);
+    ``top`` the listed alternatives ``(token, log p)``, best first, or None. With
+    ``extra_possible`` the list may hold the chosen token *beyond* the top-k (an
+    API that always adds the sampled token and gives no ranks): when the chosen
+    token is the least likely entry of two or more it is set apart, so that ``top``
+    is surely a top-k.
+    """
+
+    token: str
+    logprob: float | None
+    top: list[tuple[str, float]] | None = None
+    token_id: int | None = None
+    extra_possible: bool = False
+
+    def ranked(self) -> tuple[list[tuple[str, float]], list[float]]:
+        """``(top-k, other known log-probabilities)`` of this step."""
+        top = list(self.top or [])
+        if (self.extra_possible and len(top) >= 2 and top[-1][0] == self.token
+                and self.logprob is not None and top[-1][1] <= min(v for _, v in top)):
+            return top[:-1], [top[-1][1]]
+        if self.logprob is not None and all(t != self.token for t, _ in top):
+            return top, [self.logprob]
+        return top, []
+
+
+# --- checks ------------------------------------------------------------------------------
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_logprob(value: Any, where: str) -> float:
+    """A log-probability: a finite number :math:`\\le 0`, else :class:`BadField`."""
+    if not _is_number(value):
+        raise BadField(where, f"log-probability must be a number, not {_kind(value)}")
+    value = float(value)
+    if not math.isfinite(value) or value > 0.0:
+        raise BadField(where, f"log-probability must be a finite number <= 0, not {value!r}")
+    return value
+
+
+def check_prob(value: Any, where: str) -> float:
+    """A probability in :math:`[0, 1]`, else :class:`BadField`."""
+    if not _is_number(value):
+        raise BadField(where, f"probability must be a number, not {_kind(value)}")
+    value = float(value)
+    if not 0.0 <= value <= 1.0:  # NaN fails too
+        raise BadField(where, f"probability must be in [0, 1], not {value!r}")
+    return value
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def get_str(obj: dict[str, Any], key: str, where: str, *, default: str | None = None,
+            allow_none: bool = False) -> str | None:
+    """``obj[key]`` as text; missing gives ``default``; null gives ``default`` when allowed."""
+    if key not in obj:
+        return default
+    value = obj[key]
+    if value is None and allow_none:
+        return default
+    if not isinstance(value, str):
+        raise BadField(where, f"must be text, not {_kind(value)}")
+    return value
+
+
+def get_list(obj: dict[str, Any], key: str, where: str) -> list[Any] | None:
+    """``obj[key]`` as a list; missing (or null) gives None."""
+    value = obj.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise BadField(where, f"must be a list, not {_kind(value)}")
+    return value
+
+
+def need_list(obj: dict[str, Any], key: str, where: str) -> list[Any]:
+    """``obj[key]``, which must be a list."""
+    value = get_list(obj, key, where)
+    if value is None:
+        raise BadField(where, "missing" if key not in obj else "must be a list, not null")
+    return value
+
+
+def text_prompt(value: Any, where: str) -> str | list[dict[str, str]]:
+    """A prompt: text, or chat messages (each with text ``role`` and ``content``).
+
+    Message content given as a list of parts keeps its text parts, joined.
+    """
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        raise BadField(where, f"must be text or a list of chat messages, not {_kind(value)}")
+    messages = []
+    for i, m in enumerate(value):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise BadField(f"{where}[{i}]", "a chat message needs a text 'role'")
+        content = m.get("content")
+        if content is None:
+            content = ""
+        elif isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
+            content = "".join(p["text"] for p in content
+                              if isinstance(p, dict) and isinstance(p.get("text"), str))
+        elif not isinstance(content, str):
+            raise BadField(f"{where}[{i}].content", f"must be text, not {_kind(content)}")
+        messages.append({"role": m["role"], "content": content})
+    return messages
+
+
+def references_from(value: Any, where: str) -> list[str]:
+    """Accepted answers: text, a number, or a list of them (empty texts dropped)."""
+    if value is None:
+        return []
+    values = value if isinstance(value, list) else [value]
+    out: list[str] = []
+    for i, v in enumerate(values):
+        if isinstance(v, str):
+            if v.strip():
+                out.append(v.strip())
+        elif _is_number(v) and math.isfinite(float(v)):
+            out.append(str(int(v)) if float(v).is_integer() else repr(float(v)))
+        else:
+            raise BadField(where if not isinstance(value, list) else f"{where}[{i}]",
+                           f"a reference must be text or a number, not {_kind(v)}")
+    return list(dict.fromkeys(out))
+
+
+def label_from(obj: dict[str, Any], ctx: Context, defaults: Iterable[str] = ()
+               ) -> float | None:
+    """The record's correctness label in [0, 1] (true/false or a number).
+
+    ``ctx.label_field`` (the user's choice) must be present; otherwise the first of
+    ``defaults`` present is read, and none gives None.
+    """
+    if ctx.label_field is not None:
+        if ctx.label_field not in obj:
+            raise BadField(ctx.label_field, "missing label field")
+        key: str | None = ctx.label_field
+    else:
+        key = next((k for k in defaults if k in obj), None)
+    if key is None or obj[key] is None:
+        return None
+    value = obj[key]
+    if isinstance(value, bool):
+        return float(value)
+    if not _is_number(value) or not 0.0 <= float(value) <= 1.0:
+        raise BadField(key, f"a label must be true/false or a number in [0, 1], not {value!r}")
+    return float(value)
+
+
+# --- from steps to a Generation ------------------------------------------------------------
+
+
+def build_generation(text: str, steps: list[Step] | None, *, finish_reason: str = "stop",
+                     cut: bool = True, bounds: bool = True, token_ids: list[int] | None = None,
+                     tokens_known: bool = True) -> tuple[Generation, dict[str, str]]:
+    """A :class:`~confide.records.Generation` from an answer and its steps, and its notes.
+
+    ``steps`` None: the log has no statistics for this answer (text only). With
+    ``cut``, the steps are cut to the answer text (:func:`answer_length`; needs
+    the tokens' text, ``tokens_known``). ``top_logprobs`` holds the listed
+    alternatives, best first, cut to the fewest any token has. ``bounds``: also
+    give the entropies' lower bounds (:func:`entropy_bounds`). Returns the
+    generation and the ``approximate`` notes of its statistics.
+    """
+    gen = Generation(text=text.strip(), finish_reason=finish_reason)
+    if steps is None or (not steps and text.strip()):
+        if token_ids:
+            gen.token_ids = list(token_ids)
+        return gen, {}
+    n = answer_length([s.token for s in steps], text) if cut and tokens_known else len(steps)
+    steps = steps[:n]
+    if tokens_known:
+        gen.tokens = [s.token for s in steps]
+    ids = [s.token_id for s in steps]
+    if ids and all(i is not None for i in ids):
+        gen.token_ids = [int(i) for i in ids]  # type: ignore[arg-type]
+    if all(s.logprob is not None for s in steps):
+        gen.token_logprobs = np.asarray([s.logprob for s in steps], dtype=np.float32)
+    k = min((len(s.top or []) for s in steps), default=0)
+    if k or not steps:
+        gen.top_logprobs = np.asarray([[v for _, v in (s.top or [])[:k]] for s in steps],
+                                      dtype=np.float32).reshape(len(steps), k)
+        gen.top_tokens = [[t for t, _ in (s.top or [])[:k]] for s in steps]
+    notes: dict[str, str] = {}
+    if bounds:
+        gen.token_entropies, notes = entropy_bounds(steps)
+    return gen, notes
+
+
+def entropy_bounds(steps: list[Step]) -> tuple[np.ndarray | None, dict[str, str]]:
+    """Per-token lower bounds of the entropy from each step's top-k, and their note.
+
+    Each step's alternatives are taken as its top-k after :meth:`Step.ranked` set
+    apart a sampled token listed beyond them; the bound is the ``vllm`` backend's
+    (:func:`confide.backends.vllm.topk_statistics`, see the module's notes). None
+    when some step has no alternative of non-zero probability; an empty array for
+    no steps.
+    """
+    values = []
+    widths = set()
+    for step in steps:
+        top, known = step.ranked()
+        finite = [v for _, v in top if v > -math.inf]
+        if not finite:
+            return None, {}
+        values.append(topk_statistics(finite, known, _NOMINAL_VOCAB)[0])
+        widths.add(len(finite))
+    if not widths:
+        return np.zeros(0, dtype=np.float32), {}
+    lo, hi = min(widths), max(widths)
+    shown = str(lo) if lo == hi else f"{lo} to {hi}"
+    return np.asarray(values, dtype=np.float32), {
+        "token_entropies": f"lower bounds from the top {shown} log-probabilities of each token"}
+
+
+def capabilities_of(greedy: Generation, samples: list[Generation]) -> frozenset[str]:
+    """The token statistics the greedy answer and every sample have, and ``samples``."""
+    gens = [greedy, *samples]
+    caps = {stat for stat in _TOKEN_STATS if all(getattr(g, stat) is not None for g in gens)}
+    if samples:
+        caps.add("samples")
+    return frozenset(caps)
+
+
+# --- streamed JSON -------------------------------------------------------------------------
+
+
+def _layout(fh: IO[bytes]) -> str:
+    """``"array"``, ``"values"`` (pretty-printed objects) or ``"lines"``; rewinds ``fh``."""
+    head = fh.read(CHUNK).removeprefix(codecs.BOM_UTF8)
+    fh.seek(0)
+    stripped = head.lstrip()
+    if stripped.startswith(b"["):
+        return "array"
+    first = stripped.split(b"\n", 1)[0].strip()
+    return "values" if first == b"{" else "lines"
+
+
+def iter_json_records(path: Path, source: str) -> Iterator[tuple[int, Any]]:
+    """Yield ``(line, value)`` for each record of a log file, streamed (see module notes).
+
+    A value that is not JSON is yielded as :class:`BadField` (field ``record``) in
+    JSON Lines, so the caller may skip it; in an array or pretty-printed objects it
+    raises :class:`~confide.errors.InvalidInputError`, as does a file that cannot
+    be read or is not UTF-8 there.
+    """
+    try:
+        fh = path.open("rb")
+    except OSError as exc:
+        raise InvalidInputError(f"cannot read: {exc.strerror or exc}", file=source) from exc
+    with fh:
+        layout = _layout(fh)
+        if layout == "lines":
+            yield from _iter_lines(fh, source)
+        else:
+            yield from _iter_values(fh, source, array=layout == "array")
+
+
+def _iter_lines(fh: IO[bytes], source: str) -> Iterator[tuple[int, Any]]:
+    for n, raw in enumerate(fh, start=1):
+        if n == 1:
+            raw = raw.removeprefix(codecs.BOM_UTF8)
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            yield n, BadField("encoding", f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at "
+                                          f"column {exc.start + 1}); save the file as UTF-8")
+            continue
+        if not line.strip():
+            continue
+        try:
+            yield n, json.loads(line)
+        except json.JSONDecodeError as exc:
+            yield n, BadField("record", f"malformed JSON ({exc.msg} at column {exc.colno})")
+        except RecursionError:
+            yield n, BadField("record", "JSON nested too deeply")
+
+
+class _Buffer:
+    """Decoded text of a file read in chunks, with the line number of its read point."""
+
+    def __init__(self, fh: IO[bytes], source: str) -> None:
+        self.fh, self.source = fh, source
+        self.decoder = codecs.getincrementaldecoder("utf-8")()
+        self.text = ""
+        self.pos = 0
+        self.line = 1
+        self.eof = False
+        self.first = True
+
+    def more(self, at_least: int = CHUNK) -> bool:
+        """Read more text; False at the end of the file."""
+        if self.eof:
+            return False
+        if self.pos > CHUNK:  # drop what was consumed: memory stays one element + a chunk
+            self.text = self.text[self.pos:]
+            self.pos = 0
+        raw = self.fh.read(max(CHUNK, at_least))
+        if self.first:
+            raw, self.first = raw.removeprefix(codecs.BOM_UTF8), False
+        try:
+            self.text += self.decoder.decode(raw, final=not raw)
+        except UnicodeDecodeError as exc:
+            line = self.line + self.text.count("\n", self.pos)
+            raise InvalidInputError(f"not UTF-8 text (byte 0x{raw[exc.start]:02x}); save the "
+                                    "file as UTF-8", file=self.source, line=line,
+                                    field="encoding") from None
+        if not raw:
+            self.eof = True
+        return bool(raw) or not self.eof
+
+    def advance(self, to: int) -> None:
+        self.line += self.text.count("\n", self.pos, to)
+        self.pos = to
+
+    def skip_space(self) -> str:
+        """Skip white space; the next character, or "" at the end."""
+        while True:
+            i = self.pos
+            while i < len(self.text) and self.text[i] in " \t\r\n":
+                i += 1
+            self.advance(i)
+            if self.pos < len(self.text):
+                return self.text[self.pos]
+            if not self.more():
+                return ""
+
+    def error(self, message: str) -> InvalidInputError:
+        return InvalidInputError(message, file=self.source, line=self.line, field="record")
+
+
+def _iter_values(fh: IO[bytes], source: str, *, array: bool) -> Iterator[tuple[int, Any]]:
+    buf = _Buffer(fh, source)
+    decoder = json.JSONDecoder()
+    if array:
+        buf.skip_space()
+        buf.advance(buf.pos + 1)  # the "[" _layout saw
+    first = True
+    while True:
+        c = buf.skip_space()
+        if array:
+            if c == "]":
+                buf.advance(buf.pos + 1)
+                if buf.skip_space():
+                    raise buf.error("text after the closing ']' of the array")
+                return
+            if not first:
+                if c != ",":
+                    raise buf.error("malformed JSON array (expected ',' or ']')" if c
+                                    else "the JSON array is not closed (missing ']')")
+                buf.advance(buf.pos + 1)
+                c = buf.skip_space()
+            if not c:
+                raise buf.error("the JSON array is not closed (missing ']')")
+        elif not c:
+            return
+        first = False
+        while True:
+            try:
+                value, end = decoder.raw_decode(buf.text, buf.pos)
+            except json.JSONDecodeError as exc:
+                # Cut by the end of the buffer (an open string, or a failure in its last
+                # characters: a number, literal or escape): read on. Anything else is
+                # malformed now, so a damaged file is never read to its end first.
+                cut = exc.msg.startswith("Unterminated string") or exc.pos >= len(buf.text) - 16
+                if cut and buf.more(len(buf.text) - buf.pos):
+                    continue
+                raise buf.error(f"malformed JSON ({exc.msg})") from None
+            except RecursionError:
+                raise buf.error("JSON nested too deeply") from None
+            if end == len(buf.text) and buf.more():  # a number or literal may go on
+                continue
+            break
+        line = buf.line
+        buf.advance(end)
+        yield line, value

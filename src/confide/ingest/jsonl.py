@@ -1,0 +1,128 @@
+"""confide's own minimal log form: one answer per record, with what statistics you have.
+
+::
+
+    {"id": "q1", "question": "Capital of France?", "answer": "Paris",
+     "tokens": ["Par", "is"], "token_logprobs": [-0.05, -0.01],
+     "top_logprobs": [{"Par": -0.05, "Lyon": -3.2}, {"is": -0.01, "ise": -5.0}],
+     "samples": ["Paris", {"answer": "Lyon", "token_logprobs": [-3.2]}],
+     "references": ["Paris"], "label": 1}
+
+Field map
+---------
+=====================  ==========================================================
+``id``                 text or integer (optional: ``<file stem>-<line>``)
+``question``           required: text, or chat messages (``role``, ``content``)
+``answer``             required: the answer's text
+``tokens``             optional: the answer's tokens (exactly the answer: nothing
+                       past it is cut)
+``token_logprobs``     optional: :math:`\\log p(y_t)` per token, finite and
+                       :math:`\\le 0`
+``top_logprobs``       optional: per token a ``{token: logprob}`` object of the
+                       model's **top-k** alternatives (any order; sorted here); the
+                       entropy lower bounds rely on them being the top-k
+``samples``            optional: sampled answers, each a text or an object with
+                       ``answer`` and the optional statistics above
+``references``         optional: accepted answers (text, number or a list)
+``label``              optional: correctness, true/false or a number in [0, 1]
+other fields           kept in ``Item.metadata``
+=====================  ==========================================================
+
+The lengths of ``tokens``, ``token_logprobs`` and ``top_logprobs`` must agree.
+Empty statistics lists with a non-empty answer mean no statistics.
+
+Capabilities: ``token_logprobs``, ``top_logprobs`` and ``token_entropies`` (lower
+bounds from the top-k, marked in ``Imported.approximate``) when the answer and
+every sample have them; ``samples`` with samples.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confide.ingest.common import (FORMATS, BadField, Context, Imported, LogFormat, Step,
+                                   build_generation, capabilities_of, check_logprob,
+                                   get_list, label_from, references_from, text_prompt)
+from confide.records import Generation, Item
+
+__all__ = ["looks_like", "parse"]
+
+_KNOWN = ("id", "question", "answer", "tokens", "token_logprobs", "top_logprobs", "samples",
+          "references", "label")
+
+
+def looks_like(obj: dict[str, Any]) -> bool:
+    """A record with text ``answer`` and ``question`` (confide's own form)."""
+    return isinstance(obj.get("answer"), str) and "question" in obj
+
+
+def _answer(obj: dict[str, Any], where: str, ctx: Context) -> tuple[Generation, dict[str, str]]:
+    text = obj.get("answer")
+    if not isinstance(text, str):
+        raise BadField(f"{where}answer", "missing" if text is None
+                       else f"must be text, not {type(text).__name__}")
+    tokens = get_list(obj, "tokens", f"{where}tokens")
+    values = get_list(obj, "token_logprobs", f"{where}token_logprobs")
+    tops = get_list(obj, "top_logprobs", f"{where}top_logprobs")
+    lengths = {name: len(v) for name, v in (("tokens", tokens), ("token_logprobs", values),
+                                            ("top_logprobs", tops)) if v is not None}
+    if len(set(lengths.values())) > 1:
+        shown = ", ".join(f"{n} {name}" for name, n in lengths.items())
+        raise BadField(f"{where}token_logprobs", f"lengths differ: {shown}")
+    for t, token in enumerate(tokens or []):
+        if not isinstance(token, str):
+            raise BadField(f"{where}tokens[{t}]", "must be text")
+    if values is None and tops is None:
+        gen = Generation(text=text.strip(), tokens=list(tokens or []))
+        return gen, {}
+    n = next(iter(lengths.values()))
+    steps = []
+    for t in range(n):
+        logprob = (None if values is None
+                   else check_logprob(values[t], f"{where}token_logprobs[{t}]"))
+        top: list[tuple[str, float]] | None = None
+        if tops is not None:
+            alts = tops[t]
+            if not isinstance(alts, dict):
+                raise BadField(f"{where}top_logprobs[{t}]", "must be a {token: logprob} object")
+            top = sorted(((k, check_logprob(v, f"{where}top_logprobs[{t}][{k!r}]"))
+                          for k, v in alts.items()), key=lambda tv: -tv[1])
+        steps.append(Step(tokens[t] if tokens is not None else "", logprob, top))
+    gen, notes = build_generation(text, steps, cut=False, bounds=ctx.entropy_bounds,
+                                  tokens_known=tokens is not None)
+    return gen, notes
+
+
+def parse(obj: dict[str, Any], ctx: Context) -> Imported:
+    """One record of confide's own form as an :class:`~confide.ingest.common.Imported`."""
+    if "question" not in obj:
+        raise BadField("question", "missing")
+    prompt = text_prompt(obj["question"], "question")
+    greedy, notes = _answer(obj, "", ctx)
+    samples = []
+    for i, s in enumerate(get_list(obj, "samples", "samples") or []):
+        if isinstance(s, str):
+            samples.append(Generation(text=s.strip()))
+            continue
+        if not isinstance(s, dict):
+            raise BadField(f"samples[{i}]", "a sample must be text or an object with 'answer'")
+        gen, more = _answer(s, f"samples[{i}].", ctx)
+        samples.append(gen)
+        notes = {**more, **notes}
+    item_id = ctx.default_id
+    if obj.get("id") is not None:
+        if isinstance(obj["id"], bool) or not isinstance(obj["id"], (str, int)):
+            raise BadField("id", "an id must be text or an integer")
+        item_id = str(obj["id"])
+    metadata = {k: v for k, v in obj.items() if k not in _KNOWN}
+    caps = capabilities_of(greedy, samples)
+    return Imported(item=Item(id=item_id, prompt=prompt,
+                              references=references_from(obj.get("references"), "references"),
+                              metadata=metadata),
+                    greedy=greedy, samples=samples, label=label_from(obj, ctx, ("label",)),
+                    line=ctx.line, capabilities=caps,
+                    approximate={k: v for k, v in notes.items() if k in caps})
+
+
+FORMATS.add("jsonl", LogFormat("jsonl", looks_like, parse,
+                               "confide's own form: question, answer, optional statistics"))

@@ -1,0 +1,190 @@
+"""vLLM offline dumps: ``RequestOutput`` objects written as JSON, one per record.
+
+vLLM has no JSON form of its outputs of its own; this reads the one that keeps
+the attribute names of ``vllm.RequestOutput`` and ``vllm.CompletionOutput``
+(``dataclasses.asdict``-like, or built by hand)::
+
+    {"request_id": "0", "prompt": "Q: ...", "prompt_token_ids": [...],
+     "outputs": [{"index": 0, "text": " Paris", "token_ids": [3681, 2],
+                  "cumulative_logprob": -0.11, "finish_reason": "stop", "stop_reason": null,
+                  "logprobs": [{"3681": {"logprob": -0.1, "rank": 1, "decoded_token": " Paris"},
+                                "5011": {"logprob": -2.5, "rank": 2, "decoded_token": " Rome"}},
+                               {"2": {"logprob": -0.01, "rank": 1, "decoded_token": "</s>"}}]}]}
+
+JSON keys are text, so a token id key is its decimal digits. A step's entry may
+also be a bare number (the log-probability).
+
+Field map
+---------
+=====================  ==========================================================
+``Item.id``            ``id``, else ``request_id``, else ``<file stem>-<line>``
+``Item.prompt``        ``prompt`` (text), else ``messages``/``question``, else ``""``
+``Item.references``    ``references``, if the record has it
+``Item.metadata``      ``prompt_token_ids`` are not kept
+label                  ``label`` (or ``label_field``), if any
+greedy, samples        ``outputs`` in ``index`` order: with ``answer="first"``
+                       output 0 is the answer, the others (``n > 1``) samples
+text                   ``outputs[i].text``
+token ids              ``outputs[i].token_ids``
+log-probs              ``outputs[i].logprobs[t][str(token_ids[t])].logprob``; the
+                       alternatives are the step's entries ranked ``1, 2, ...``
+                       (``rank``); tokens' text from ``decoded_token``
+finish_reason          ``finish_reason`` (``"length"`` stays, anything else ``"stop"``)
+=====================  ==========================================================
+
+``cumulative_logprob`` and ``prompt_logprobs`` are not used.
+
+Answer tokens, as the ``vllm`` backend takes them: a final end-of-sequence (or
+stop-token) token is left out (``finish_reason == "stop"`` with ``stop_reason``
+null, or equal to the last token id), and, when every token's
+``decoded_token`` is there, tokens that carry only a cut stop string too.
+
+Capabilities: ``token_logprobs``, ``top_logprobs`` (the entries vLLM ranked
+``1..K``; the sampled token vLLM adds beyond the top-K is not an alternative),
+``token_entropies`` as lower bounds from those top-K (marked in
+``Imported.approximate``, the ``vllm`` backend's rule), and ``samples`` with
+several outputs. Without ``rank`` the entries are sorted by log-probability and
+are all alternatives, but for the entropy bounds a sampled token that is the least
+likely of them is set apart (it may be the one vLLM adds).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confide.ingest.common import (FORMATS, BadField, Context, Imported, LogFormat, Step,
+                                   build_generation, capabilities_of, check_logprob,
+                                   get_list, get_str, label_from, need_list, references_from,
+                                   text_prompt)
+from confide.records import Generation, Item
+
+__all__ = ["looks_like", "parse"]
+
+
+def looks_like(obj: dict[str, Any]) -> bool:
+    """A record with an ``outputs`` list of objects holding ``text`` or ``token_ids``."""
+    outputs = obj.get("outputs")
+    return (isinstance(outputs, list) and bool(outputs) and isinstance(outputs[0], dict)
+            and ("token_ids" in outputs[0] or "text" in outputs[0]))
+
+
+def _entry(value: Any, where: str) -> tuple[float, int | None, str | None]:
+    """``(logprob, rank, decoded_token)`` of one entry of a step."""
+    if not isinstance(value, dict):
+        return check_logprob(value, where), None, None
+    if "logprob" not in value:
+        raise BadField(f"{where}.logprob", "missing")
+    logprob = check_logprob(value["logprob"], f"{where}.logprob")
+    rank = value.get("rank")
+    if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 1):
+        raise BadField(f"{where}.rank", f"must be an integer >= 1, not {rank!r}")
+    decoded = get_str(value, "decoded_token", f"{where}.decoded_token", allow_none=True)
+    return logprob, rank, decoded
+
+
+def _step(entries: Any, chosen: int, where: str) -> tuple[Step, bool]:
+    """One step's :class:`Step` and whether its chosen token's text is known."""
+    if not isinstance(entries, dict):
+        raise BadField(where, "must be a {token id: logprob} object")
+    parsed: dict[int, tuple[float, int | None, str | None]] = {}
+    for key, value in entries.items():
+        try:
+            tid = int(key)
+        except ValueError:
+            raise BadField(where, f"key {key!r} is not a token id") from None
+        parsed[tid] = _entry(value, f"{where}[{key!r}]")
+    if chosen not in parsed:
+        raise BadField(where, f"the chosen token {chosen} is not among the step's entries")
+    logprob, _, decoded = parsed[chosen]
+
+    def text(tid: int) -> str:
+        piece = parsed[tid][2]
+        return piece if piece is not None else str(tid)
+
+    ranked = all(r is not None for _, r, _ in parsed.values())
+    if ranked:
+        order = sorted(parsed, key=lambda tid: (parsed[tid][1], -parsed[tid][0]))
+        top_ids = []
+        for position, tid in enumerate(order, start=1):
+            if parsed[tid][1] != position:
+                break  # past the contiguous top-K: the sampled token vLLM adds
+            top_ids.append(tid)
+    else:
+        top_ids = sorted(parsed, key=lambda tid: -parsed[tid][0])
+    top = [(text(tid), parsed[tid][0]) for tid in top_ids]
+    step = Step(decoded if decoded is not None else str(chosen), logprob, top,
+                token_id=chosen, extra_possible=not ranked)
+    return step, decoded is not None
+
+
+def _output(out: Any, where: str, ctx: Context) -> tuple[Generation, dict[str, str]]:
+    if not isinstance(out, dict):
+        raise BadField(where, "an output must be an object")
+    text = get_str(out, "text", f"{where}.text", default="", allow_none=True) or ""
+    ids = get_list(out, "token_ids", f"{where}.token_ids") or []
+    for t, tid in enumerate(ids):
+        if isinstance(tid, bool) or not isinstance(tid, int) or tid < 0:
+            raise BadField(f"{where}.token_ids[{t}]", "a token id must be an integer >= 0")
+    finish = get_str(out, "finish_reason", f"{where}.finish_reason", default=None,
+                     allow_none=True)
+    stop_reason = out.get("stop_reason")
+    if stop_reason is not None and (isinstance(stop_reason, bool)
+                                    or not isinstance(stop_reason, (int, str))):
+        raise BadField(f"{where}.stop_reason", "must be a token id, text or null")
+    n = len(ids)
+    if finish == "stop" and n and (stop_reason is None or stop_reason == ids[-1]):
+        n -= 1  # the end-of-sequence (or stop) token is not part of the answer
+    steps_raw = get_list(out, "logprobs", f"{where}.logprobs")
+    steps: list[Step] | None = None
+    known = True
+    if steps_raw is not None:
+        if len(steps_raw) != len(ids):
+            raise BadField(f"{where}.logprobs", f"{len(steps_raw)} steps for {len(ids)} "
+                                                "token ids")
+        steps = []
+        for t in range(n):
+            step, has_text = _step(steps_raw[t], ids[t], f"{where}.logprobs[{t}]")
+            steps.append(step)
+            known = known and has_text
+    gen, notes = build_generation(text, steps, finish_reason="length" if finish == "length"
+                                  else "stop", cut=known, bounds=ctx.entropy_bounds,
+                                  token_ids=ids[:n], tokens_known=known)
+    return gen, notes
+
+
+def parse(obj: dict[str, Any], ctx: Context) -> Imported:
+    """One ``RequestOutput`` record as an :class:`~confide.ingest.common.Imported`."""
+    outputs = need_list(obj, "outputs", "outputs")
+    if not outputs:
+        raise BadField("outputs", "no outputs")
+    order = sorted(range(len(outputs)), key=lambda i: (
+        outputs[i].get("index", i) if isinstance(outputs[i], dict)
+        and isinstance(outputs[i].get("index", i), int) else i, i))
+    gens = [_output(outputs[i], f"outputs[{i}]", ctx) for i in order]
+    greedy, notes = gens[0]
+    samples = [g for g, _ in gens[1:]]
+    for _, more in gens[1:]:
+        notes = {**more, **notes}
+    item_id = ctx.default_id
+    for key in ("id", "request_id"):
+        value = obj.get(key)
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, (str, int)):
+                raise BadField(key, "an id must be text or an integer")
+            item_id = str(value)
+            break
+    prompt: str | list[dict[str, str]] = ""
+    for key in ("prompt", "messages", "question"):
+        if obj.get(key) is not None:
+            prompt = text_prompt(obj[key], key)
+            break
+    caps = capabilities_of(greedy, samples)
+    return Imported(item=Item(id=item_id, prompt=prompt,
+                              references=references_from(obj.get("references"), "references")),
+                    greedy=greedy, samples=samples, label=label_from(obj, ctx, ("label",)),
+                    line=ctx.line, capabilities=caps,
+                    approximate={k: v for k, v in notes.items() if k in caps})
+
+
+FORMATS.add("vllm", LogFormat("vllm", looks_like, parse,
+                              "vLLM offline RequestOutput dumps (outputs[*].logprobs)"))
