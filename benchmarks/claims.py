@@ -21,7 +21,7 @@ from pathlib import Path
 
 from confide import api
 from confide.claims import ClaimConfig, add_claims, evaluate_claims, refine_run
-from confide.runner import RunConfig
+from confide.plan import RunConfig
 
 
 def main() -> None:

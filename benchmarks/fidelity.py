@@ -25,7 +25,8 @@ import numpy as np
 from confide.api import open_run
 from confide.backends.hf import HFBackend
 from confide.metrics import auroc_score
-from confide.runner import DEFAULT_SCORERS, RunConfig, execute
+from confide.plan import DEFAULT_SCORERS, RunConfig
+from confide.runner import execute
 
 
 def run(dtype: str, args: argparse.Namespace, out: str) -> tuple[list, float]:

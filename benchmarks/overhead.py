@@ -35,7 +35,8 @@ import torch
 from transformers import LlamaModel
 
 from confide.backends.hf import HFBackend
-from confide.runner import DEFAULT_SCORERS, RunConfig, execute
+from confide.plan import DEFAULT_SCORERS, RunConfig
+from confide.runner import execute
 from confide.tasks import load_task
 
 # transformers renamed `past_key_values` to `cache` (argument and output field).

@@ -23,8 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from confide.distributed import execute_ray  # noqa: E402
-from confide.runner import RunConfig, execute  # noqa: E402
+from confide.distributed import RayExecutor  # noqa: E402
+from confide.plan import RunConfig  # noqa: E402
+from confide.runner import execute  # noqa: E402
 from confide.runs import open_run  # noqa: E402
 from confide.store import RunStore  # noqa: E402
 
@@ -78,8 +79,8 @@ def main() -> None:
             peaks.extend(_worker_peaks())
 
     began = time.perf_counter()
-    spread = execute_ray(config, scratch / "ray", address="local", workers=args.workers,
-                         threads_per_worker=args.threads_per_worker, progress=at_end)
+    spread = execute(config, scratch / "ray", progress=at_end, executor=RayExecutor(
+        "local", workers=args.workers, threads_per_worker=args.threads_per_worker))
     ray_s = time.perf_counter() - began
 
     records = open_run(scratch / "ray").records

@@ -35,7 +35,8 @@ import numpy as np
 from confide.learned import fit
 from confide.metrics import UndefinedMetricWarning, auroc_score
 from confide.records import Record
-from confide.runner import DEFAULT_SCORERS, RunConfig, execute
+from confide.plan import DEFAULT_SCORERS, RunConfig
+from confide.runner import execute
 from confide.store import RunStore
 
 KINDS = ("probe", "lens", "combiner")

@@ -8,7 +8,7 @@ import pytest
 
 import confide
 from confide.errors import InvalidInputError
-from confide.runner import DEFAULT_SCORERS
+from confide.plan import DEFAULT_SCORERS
 
 
 def test_score_answers_with_confidences(hf_model):

@@ -121,7 +121,7 @@ def test_cli_export(tmp_path):
 
 
 def test_cli_run_small_real_model(tmp_path):
-    from confide.runner import DEFAULT_SCORERS
+    from confide.plan import DEFAULT_SCORERS
 
     result = runner.invoke(app, ["run", "--limit", "4", "--max-new-tokens", "10",
                                  "--batch-size", "4", "--out", str(tmp_path / "r"),

@@ -19,10 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from confide.distributed import execute_ray, shard_blocks
+from confide.api import execute
+from confide.distributed import RayExecutor, shard_blocks
 from confide.errors import InvalidInputError
 from confide.options import check_distribution
-from confide.runner import DEFAULT_SCORERS, RunConfig, execute
+from confide.plan import DEFAULT_SCORERS, RunConfig
+from confide.runner import execute as run_plan
 from confide.runs import open_run
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (extra `ray`)")
@@ -181,8 +183,9 @@ def test_worker_killed_mid_shard_loses_and_repeats_nothing(ray_address, config, 
     watcher.start()
     # One shard of all three blocks: one worker holds it, the other waits idle.
     try:
-        outcome = execute_ray(config, tmp_path, address=ray_address, workers=2,
-                              threads_per_worker=THREADS, progress=note, shard_size=3)
+        executor = RayExecutor(ray_address, workers=2, threads_per_worker=THREADS,
+                               shard_size=3)
+        outcome = run_plan(config, tmp_path, executor=executor, progress=note)
     finally:
         finished.set()
         first_stored.set()

@@ -14,7 +14,8 @@ import pytest
 
 from confide import api
 from confide.errors import ConfigMismatch, InvalidInputError, UnknownNameError
-from confide.runner import DEFAULT_SCORERS, RunConfig, execute
+from confide.plan import DEFAULT_SCORERS, RunConfig
+from confide.runner import execute
 
 SMALL = dict(limit=6, max_new_tokens=12, batch_size=3)
 

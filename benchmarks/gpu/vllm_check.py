@@ -109,7 +109,8 @@ def main() -> None:
 
     from confide.backends.base import GenerationSpec, item_seed
     from confide.backends.vllm import STATS_LOGPROBS, VLLMBackend, request_plan
-    from confide.runner import RunConfig, execute
+    from confide.plan import RunConfig
+    from confide.runner import execute
     from confide.tasks import load_task
 
     scratch = Path(args.out or tempfile.mkdtemp(prefix="confide-vllm-"))

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         EarlyAbstention,
         Run,
         RunConfig,
+        RunPlan,
         ScoredAnswer,
         SelfReflectResult,
         StreamEnd,
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
         load_model,
         make_report,
         open_run,
+        prepare,
         refine,
         score,
         selfreflect_distance,
@@ -49,10 +51,10 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 # confide.api.__all__, loaded on first use (tests/test_api.py keeps the two equal)
-_API = ("EarlyAbstention", "Run", "RunConfig", "ScoredAnswer", "SelfReflectResult",
+_API = ("EarlyAbstention", "Run", "RunConfig", "RunPlan", "ScoredAnswer", "SelfReflectResult",
         "StreamEnd", "TokenUpdate", "UncertaintySummary", "apply_learned", "default_run_dir",
-        "evaluate", "execute", "fit_learned", "load_model", "make_report", "open_run", "refine",
-        "score", "selfreflect_distance", "stream", "summarize")
+        "evaluate", "execute", "fit_learned", "load_model", "make_report", "open_run", "prepare",
+        "refine", "score", "selfreflect_distance", "stream", "summarize")
 
 __all__ = [
     "BackendError",
@@ -64,6 +66,7 @@ __all__ = [
     "ModelLoadError",
     "Run",
     "RunConfig",
+    "RunPlan",
     "ScoredAnswer",
     "SelfReflectResult",
     "StoreError",
@@ -80,6 +83,7 @@ __all__ = [
     "load_model",
     "make_report",
     "open_run",
+    "prepare",
     "refine",
     "score",
     "selfreflect_distance",

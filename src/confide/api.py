@@ -14,22 +14,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confide.backends import Backend, GenerationSpec, item_seed, load_backend
+from confide.backends import Backend, item_seed, load_backend
 from confide.backends.models import DEFAULT_MODEL
 from confide.claims import ClaimConfig, claim_record, refine
 from confide.errors import InvalidInputError
-from confide.pipeline import DEFAULT_SCORERS, Pipeline, check_question
+from confide.options import check_distribution
+from confide.pipeline import DEFAULT_SCORERS, Pipeline
+from confide.plan import RunConfig, RunPlan, prepare, question_plan
 from confide.records import Item, Record
-from confide.runner import RunConfig, execute
+from confide.runner import Progress, RunOutcome
+from confide.runner import execute as execute_plan
 from confide.runs import Run, default_run_dir, evaluate, open_run
 from confide.selfreflect import SelfReflectResult, selfreflect_distance
 from confide.streaming import EarlyAbstention, StreamEnd, TokenUpdate, stream_answer
 from confide.summary import UncertaintySummary, summarize
-from confide.tasks import Task
 
-__all__ = ["EarlyAbstention", "Run", "RunConfig", "ScoredAnswer", "SelfReflectResult",
+__all__ = ["EarlyAbstention", "Run", "RunConfig", "RunPlan", "ScoredAnswer", "SelfReflectResult",
            "StreamEnd", "TokenUpdate", "UncertaintySummary", "apply_learned", "default_run_dir",
-           "evaluate", "execute", "fit_learned", "load_model", "make_report", "open_run", "refine",
+           "evaluate", "execute", "fit_learned", "load_model", "make_report", "open_run", "prepare",
+           "refine",
            "score", "selfreflect_distance", "stream", "summarize"]
 
 
@@ -58,12 +61,22 @@ class ScoredAnswer:
     summary: UncertaintySummary | None = None
 
 
-def _items(questions: list[str] | list[Item]) -> list[Item]:
-    items = [q if isinstance(q, Item) else Item(id=f"q{i}", prompt=q)
-             for i, q in enumerate(questions)]
-    for item in items:
-        check_question(item)
-    return items
+def execute(config: RunConfig | RunPlan, out: str | Path, *, backend: Backend | None = None,
+            progress: Progress | None = None, ray: str | None = None,
+            workers: int | None = None, threads_per_worker: int | None = None) -> RunOutcome:
+    """Generate, score, grade and store every item of the run not stored yet
+    (:func:`confide.runner.execute`), here or, with ``ray`` (``"local"`` or a
+    cluster address), on ``workers`` Ray actors; the stored records are the same."""
+    check_distribution(ray, workers, threads_per_worker)
+    if ray is None:
+        return execute_plan(config, out, backend=backend, progress=progress)
+    if backend is not None:
+        raise InvalidInputError("Ray workers load their own model by name (hf, vllm); "
+                                "a loaded backend stays in this process", field="ray")
+    from confide.distributed import RayExecutor
+
+    executor = RayExecutor(ray, workers=workers, threads_per_worker=threads_per_worker)
+    return execute_plan(config, out, executor=executor, progress=progress)
 
 
 def score(model: Backend, questions: list[str] | list[Item], *,
@@ -85,13 +98,13 @@ def score(model: Backend, questions: list[str] | list[Item], *,
     claim_config = (ClaimConfig(grader=None) if claims is True
                     else claims if isinstance(claims, ClaimConfig) else None)
 
-    items = _items(questions)
-    pipe = Pipeline.build(model, scorers, seed=seed, judge=make_judge(judge, backend=model))
-    task = Task(name="questions", items=items, grader="contains", format="open_qa")
-    spec = GenerationSpec(max_new_tokens=max_new_tokens, stop=stop,
-                          n_samples=max(n_samples, pipe.n_samples,
-                                        claim_config.n_samples if claim_config else 0))
-    results = pipe.generate(task, items, spec, [item_seed(seed, it.id) for it in items])
+    plan = question_plan(questions, scorers=scorers, max_new_tokens=max_new_tokens, stop=stop,
+                         seed=seed, judge=judge,
+                         at_least=max(n_samples, claim_config.n_samples if claim_config else 0))
+    pipe = Pipeline.build(model, plan.scorers, seed=seed,
+                          judge=make_judge(plan.judge, backend=model))
+    items = plan.task.items
+    results = pipe.generate(plan.task, items, plan.spec, [item_seed(seed, it.id) for it in items])
     answers = []
     for item, result in zip(items, results, strict=True):
         record = pipe.complete(item, result)  # GenerationFailed: the backend gave up on it
@@ -125,12 +138,12 @@ def stream(model: Backend, question: str | Item, *,
     """
     early = None if early_abstain_below is None else EarlyAbstention(early_abstain_below,
                                                                      early_abstain_after)
-    item = _items([question])[0]
-    pipe = Pipeline.build(model, scorers, seed=seed)
-    task = Task(name="questions", items=[item], grader="contains", format="open_qa")
-    spec = GenerationSpec(max_new_tokens=max_new_tokens, stop=stop, n_samples=pipe.n_samples)
-    prompt = task.render(item, chat=model.has_chat_template)
-    return stream_answer(pipe, item, prompt, spec, item_seed(seed, item.id), early=early)
+    plan = question_plan([question], scorers=scorers, max_new_tokens=max_new_tokens,
+                         stop=stop, seed=seed)
+    item = plan.task.items[0]
+    pipe = Pipeline.build(model, plan.scorers, seed=seed)
+    prompt = plan.task.render(item, chat=model.has_chat_template)
+    return stream_answer(pipe, item, prompt, plan.spec, item_seed(seed, item.id), early=early)
 
 
 def fit_learned(run: str | Path, *, kind: str = "probe", out: str | Path | None = None,

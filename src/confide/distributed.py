@@ -1,7 +1,7 @@
 """Runs spread over a Ray cluster: fixed shards, one model per worker, one writer.
 
-``confide run --ray local|ADDRESS --workers N`` (or ``execute(..., ray=...)``)
-starts ``N`` Ray actors, each holding its own backend and pipeline (a
+``confide run --ray local|ADDRESS --workers N`` (or
+``runner.execute(plan, out, executor=RayExecutor(...))``) starts ``N`` Ray actors, each holding its own backend and pipeline (a
 :class:`~confide.runner.BlockRunner`: the model is loaded once per actor). The
 items are cut into the run's fixed blocks (``batch_size`` items in item order,
 as in a local run) and the blocks into contiguous *shards*; an idle worker takes
@@ -34,18 +34,17 @@ import math
 import os
 import time
 from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from confide.errors import BackendError, ConfideError, InvalidInputError
-from confide.runner import (BlockResult, BlockRunner, Progress, RunConfig, RunOutcome,
-                            check_backend, check_output, prepare, run_identity, todo_blocks,
-                            write_block)
-from confide.store import RunStore
-from confide.tasks import Task
+from confide.options import check_distribution
+from confide.plan import RunPlan
+from confide.runner import BlockResult, BlockRunner
 
-__all__ = ["SHARDS_PER_WORKER", "ShardWorker", "execute_ray", "shard_blocks"]
+__all__ = ["SHARDS_PER_WORKER", "RayExecutor", "ShardWorker", "shard_blocks"]
 
 # Shards per worker: enough to even out uneven workers, few enough that a shard is
 # many blocks long (a dead worker's loss is at most the unsent rest of one shard).
@@ -73,12 +72,11 @@ def shard_blocks(blocks: list[int], workers: int, size: int | None = None) -> li
 class ShardWorker:
     """What each Ray actor holds: one :class:`~confide.runner.BlockRunner`.
 
-    A plain class: :func:`execute_ray` makes it a Ray actor, so this module
+    A plain class: :class:`RayExecutor` makes it a Ray actor, so this module
     imports without Ray.
     """
 
-    def __init__(self, config: RunConfig, task: Task, max_new_tokens: int,
-                 threads: int | None, env: dict[str, str]) -> None:
+    def __init__(self, plan: RunPlan, threads: int | None, env: dict[str, str]) -> None:
         os.environ.update(env)
         if threads is not None:
             try:
@@ -87,7 +85,7 @@ class ShardWorker:
                 pass
             else:
                 torch.set_num_threads(threads)
-        self.runner = BlockRunner(config, task, max_new_tokens)
+        self.runner = BlockRunner(plan)
 
     def describe(self) -> dict[str, Any]:
         """The worker's model setup and the scorers its backend cannot feed."""
@@ -99,6 +97,113 @@ class ShardWorker:
 
     def run_block(self, start: int, skip: frozenset[str]) -> BlockResult:
         return self.runner.run_block(start, skip)
+
+
+class RayExecutor:
+    """Generates a run's blocks on ``workers`` Ray actors (a :class:`~confide.runner.BlockExecutor`).
+
+    Parameters
+    ----------
+    address : ``"local"`` (start Ray on this machine), ``"auto"`` or a cluster address;
+        a Ray connection already open in this process is used as it is.
+    workers : Ray actors, each loading the model once.
+    threads_per_worker : decoding threads of each worker (default: the cluster's CPUs
+        divided among the workers, at least 1).
+    shard_size : blocks per shard (default: about :data:`SHARDS_PER_WORKER` shards per worker).
+
+    The run's generation time is the wall time of the distributed loop, so
+    tokens per second read as the cluster's throughput.
+    """
+
+    parallel = True
+
+    def __init__(self, address: str = "local", *, workers: int | None = None,
+                 threads_per_worker: int | None = None, shard_size: int | None = None) -> None:
+        check_distribution(address, workers, threads_per_worker)
+        self.address, self.workers = address, workers or 2
+        self.threads, self.shard_size = threads_per_worker, shard_size
+        self._ray: Any = None
+        self._started = False
+        self._pool: _Pool | None = None
+        self._plan: RunPlan | None = None
+
+    def start(self, plan: RunPlan, ids: set[str] | None) -> None:
+        config = plan.config
+        if config is not None and config.backend == "openai":
+            raise InvalidInputError(
+                "Ray workers load their own model by name (hf, vllm); the openai backend "
+                "already spreads its requests over the server (--concurrency)", field="ray")
+        self._ray = ray = _import_ray()
+        self._started = _connect(ray, self.address, self.workers)
+        self._plan = plan
+        with self._user_errors():
+            self._pool = _Pool(ray, plan, self.workers, self.threads)
+            ray.get(self._pool.slots[0].actor.check.remote(ids))
+
+    @property
+    def backends(self) -> list[dict[str, Any]]:
+        return [info["backend"] for info in self._live.infos]
+
+    @property
+    def skipped(self) -> dict[str, str]:
+        return dict(self._live.infos[0]["skipped"])
+
+    @property
+    def _live(self) -> _Pool:
+        if self._pool is None:
+            raise RuntimeError("RayExecutor.start() was not called")
+        return self._pool
+
+    def run(self, starts: list[int], done: set[str],
+            check_backend: Callable[[dict[str, Any]], None]) -> Iterator[BlockResult]:
+        """Hand out shards, yield what comes back, retry what a dead worker lost."""
+        ray, pool, plan = self._ray, self._live, self._plan
+        assert plan is not None
+        queue = deque(_Shard(s) for s in shard_blocks(starts, len(pool.slots), self.shard_size))
+        with self._user_errors():
+            while queue or any(slot.pending for slot in pool.slots):
+                for slot in pool.slots:  # idle workers take the next shard, all its blocks
+                    if slot.starting is None and not slot.pending and queue:
+                        slot.shard = queue.popleft()
+                        slot.pending = {slot.actor.run_block.remote(start, frozenset(
+                            it.id for it in plan.block(start) if it.id in done)): start
+                            for start in slot.shard.blocks}
+                owner = {ref: slot for slot in pool.slots
+                         for ref in [*slot.pending, *([slot.starting] if slot.starting else [])]}
+                ready, _ = ray.wait(list(owner), num_returns=1)
+                slot = owner[ready[0]]
+                if ready[0] == slot.starting:  # a replacement worker has loaded its model
+                    check_backend(pool.started(slot))
+                    continue
+                try:
+                    result = ray.get(ready[0])
+                except ray.exceptions.RayActorError as exc:
+                    queue.appendleft(_lost_shard(slot, exc))
+                    pool.replace(slot)
+                    continue
+                start = slot.pending.pop(ready[0])
+                if slot.shard is not None:
+                    slot.shard.blocks.remove(start)
+                    slot.shard.attempts = 0
+                yield result
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        if self._started:
+            self._ray.shutdown()
+            self._started = False
+
+    @contextmanager
+    def _user_errors(self) -> Iterator[None]:
+        """A user's error raised in a worker is raised here as itself."""
+        try:
+            yield
+        except self._ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, ConfideError):
+                raise exc.cause from None
+            raise
 
 
 @dataclass
@@ -149,110 +254,6 @@ def _resources(ray: Any, workers: int, threads: int | None) -> tuple[float, floa
     return min(cpus, float(threads)), per_gpu, threads
 
 
-def execute_ray(config: RunConfig, out: str | Path, *, address: str = "local", workers: int = 2,
-                threads_per_worker: int | None = None, progress: Progress | None = None,
-                shard_size: int | None = None) -> RunOutcome:
-    """Generate, score, grade and store every item of the run not stored yet, on Ray workers.
-
-    Parameters
-    ----------
-    address : ``"local"`` (start Ray on this machine), ``"auto"`` or a cluster address;
-        a Ray connection already open in this process is used as it is.
-    workers : Ray actors, each loading the model once.
-    threads_per_worker : decoding threads of each worker (default: the cluster's CPUs
-        divided among the workers, at least 1).
-    shard_size : blocks per shard (default: about :data:`SHARDS_PER_WORKER` shards per worker).
-
-    ``outcome.generation_seconds`` is the wall time of the distributed loop, so
-    tokens per second read as the cluster's throughput.
-    """
-    task, _, max_new_tokens = prepare(config)
-    existed = check_output(out)
-    if existed:  # a finished run needs no cluster
-        with RunStore.open(out, run_identity(config, task)) as store:
-            done = store.done_ids()
-            if not todo_blocks(config, task, done):
-                if progress:
-                    progress(len(task.items), len(task.items))
-                return RunOutcome(Path(out), task, len(task.items), 0,
-                                  store.get_meta("skipped_scorers", {}))
-    ray = _import_ray()
-    started = _connect(ray, address, workers)
-    pool = None
-    try:
-        pool = _Pool(ray, config, task, max_new_tokens, workers, threads_per_worker)
-        if not existed:  # checked before the run directory exists, as a local run does
-            ray.get(pool.slots[0].actor.check.remote(None))
-        with RunStore.open(out, run_identity(config, task)) as store:
-            return _drive(ray, pool, store, config, task, existed, progress, shard_size,
-                          Path(out))
-    except ray.exceptions.RayTaskError as exc:
-        if isinstance(exc.cause, ConfideError):  # the user's error, raised in a worker
-            raise exc.cause from None
-        raise
-    finally:
-        if pool is not None:
-            pool.close()
-        if started:
-            ray.shutdown()
-
-
-def _drive(ray: Any, pool: _Pool, store: RunStore, config: RunConfig, task: Task,
-           existed: bool, progress: Progress | None, shard_size: int | None,
-           out: Path) -> RunOutcome:
-    """The driver's loop: hand out shards, store what comes back, retry what a dead worker lost."""
-    done = store.done_ids()
-    total = len(task.items)
-    todo = {it.id for it in task.items if it.id not in done}
-    if existed:
-        ray.get(pool.slots[0].actor.check.remote(todo))
-    for info in pool.infos:  # every worker must load the model setup that began the run
-        check_backend(store, info["backend"])
-    skipped = pool.infos[0]["skipped"]
-    store.set_meta("skipped_scorers", skipped)
-    outcome = RunOutcome(out, task, total, 0, skipped)
-    stored = total - len(todo)
-    if progress:
-        progress(stored, total)
-    queue = deque(_Shard(s) for s in shard_blocks(todo_blocks(config, task, done),
-                                                   len(pool.slots), shard_size))
-    began = time.perf_counter()
-    while queue or any(slot.pending for slot in pool.slots):
-        for slot in pool.slots:  # idle workers take the next shard, all its blocks at once
-            if slot.starting is None and not slot.pending and queue:
-                slot.shard = queue.popleft()
-                slot.pending = {slot.actor.run_block.remote(start, _stored_of(
-                    task, config, start, done)): start for start in slot.shard.blocks}
-        owner = {ref: slot for slot in pool.slots
-                 for ref in [*slot.pending, *([slot.starting] if slot.starting else [])]}
-        ready, _ = ray.wait(list(owner), num_returns=1)
-        slot = owner[ready[0]]
-        if ready[0] == slot.starting:  # a replacement worker has loaded its model
-            check_backend(store, pool.started(slot))
-            continue
-        try:
-            result = ray.get(ready[0])
-        except ray.exceptions.RayActorError as exc:
-            queue.appendleft(_lost_shard(slot, exc))
-            pool.replace(slot)
-            continue
-        start = slot.pending.pop(ready[0])
-        slot.shard.blocks.remove(start)  # type: ignore[union-attr]
-        slot.shard.attempts = 0  # type: ignore[union-attr]
-        stored += write_block(store, outcome, result)
-        done.update(record.item.id for _, record in result.records)
-        if progress:
-            progress(stored, total)
-    outcome.generation_seconds = time.perf_counter() - began
-    return outcome
-
-
-def _stored_of(task: Task, config: RunConfig, start: int, done: set[str]) -> frozenset[str]:
-    """The items of the block at ``start`` already stored (the worker skips them)."""
-    return frozenset(it.id for it in task.items[start:start + config.batch_size]
-                     if it.id in done)
-
-
 def _lost_shard(slot: _Slot, exc: Exception) -> _Shard:
     """The unsent blocks of a dead worker's shard, as a shard to retry."""
     shard = slot.shard or _Shard([])
@@ -269,14 +270,13 @@ def _lost_shard(slot: _Slot, exc: Exception) -> _Shard:
 class _Pool:
     """The Ray actors of a run; a dead one is replaced by a fresh one."""
 
-    def __init__(self, ray: Any, config: RunConfig, task: Task, max_new_tokens: int,
-                 workers: int, threads: int | None) -> None:
+    def __init__(self, ray: Any, plan: RunPlan, workers: int, threads: int | None) -> None:
         self.ray = ray
         cpus, gpus, threads = _resources(ray, workers, threads)
         env = {k: v for k, v in os.environ.items() if k.startswith(_PASSED_ENV)}
         self._actor_class = ray.remote(ShardWorker).options(num_cpus=cpus, num_gpus=gpus,
                                                               max_restarts=0)
-        self._args = (config, ray.put(task), max_new_tokens, threads, env)
+        self._args = (ray.put(plan), threads, env)
         self.slots: list[_Slot] = []
         self.infos: list[dict[str, Any]] = []
         # The first worker loads alone: a setting a backend measures once per machine at

@@ -1,6 +1,6 @@
 """The valid range of every generation option, in one place.
 
-The CLI (``confide run``), the Python API (:class:`~confide.runner.RunConfig`)
+The CLI (``confide run``), the Python API (:class:`~confide.plan.RunConfig`)
 and the server's request models (:mod:`confide.serve.models`) all check
 options here, so a value one of them refuses is refused by all, with the same
 words. A bad value raises :class:`~confide.errors.InvalidInputError` naming
@@ -24,11 +24,17 @@ from typing import Any
 
 from confide.errors import InvalidInputError
 
-__all__ = ["CHOICES", "MAX_STOP_SEQUENCES", "RANGES", "Range", "check_choice",
+__all__ = ["CHOICES", "DEFAULT_TEMPERATURE", "DEFAULT_TOP_P", "MAX_STOP_SEQUENCES", "RANGES", "Range", "check_choice",
            "check_distribution", "check_hidden_layers", "check_option", "check_prompt_fits",
            "check_sampling", "check_stop"]
 
 MAX_STOP_SEQUENCES = 4  # what the OpenAI API allows
+
+# How samples are drawn unless a run or a request says otherwise (CLI, API, server and
+# backends read these). SmolLM2 sampled at temperature 1 without nucleus truncation
+# gives mostly distinct answers, so samples keep the top-p 0.9 nucleus.
+DEFAULT_TEMPERATURE = 1.0
+DEFAULT_TOP_P = 0.9
 
 
 @dataclass(frozen=True)

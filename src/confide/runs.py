@@ -21,7 +21,8 @@ from confide.backends.models import DEFAULT_MODEL
 from confide.errors import InvalidInputError
 from confide.evaluation import DEFAULT_METRICS, EvalTable, evaluate_records, scorer_order
 from confide.records import Record
-from confide.runner import Progress, RunConfig, RunOutcome, execute
+from confide.plan import QUESTIONS_GRADER, RunConfig
+from confide.runner import Progress, RunOutcome, execute
 from confide.store import RunStore
 
 __all__ = ["Run", "default_run_dir", "evaluate", "open_run"]
@@ -45,12 +46,16 @@ class Run:
 
     @property
     def grader(self) -> str:
-        return str(self.config.get("grader", "contains"))
+        return str(self.config.get("grader") or QUESTIONS_GRADER)
 
     def evaluate(self, *, grader: str | None = None, metrics: tuple[str, ...] = DEFAULT_METRICS,
                  n_resamples: int = 1000, seed: int | None = None,
                  metric_options: dict[str, dict[str, Any]] | None = None) -> EvalTable:
-        """Recompute the table from the stored records (no model needed)."""
+        """Recompute the table from the stored records (no model needed); a run without
+        records is refused (:meth:`~confide.store.RunStore.no_records`), as by the report."""
+        if not self.records:
+            with RunStore.open(self.path) as store:
+                raise store.no_records()
         stored_graders = sorted({g for r in self.records for g in r.grades})
         if grader is not None and grader not in stored_graders:  # not an empty table
             raise InvalidInputError(
@@ -91,7 +96,7 @@ def evaluate(model: Backend | str | None = None, *, task: str = "triviaqa",
     """Run (or resume) an evaluation and return it with its table.
 
     ``model`` is a loaded backend or a model name (default: the bundled model).
-    ``settings`` are :class:`~confide.runner.RunConfig` fields: ``limit``,
+    ``settings`` are :class:`~confide.plan.RunConfig` fields: ``limit``,
     ``scorers``, ``grader``, ``max_new_tokens``, ``seed``, ``data_path``, ...
     """
     backend = model if model is not None and not isinstance(model, str) else None
