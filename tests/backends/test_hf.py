@@ -338,3 +338,47 @@ def test_nucleus_draw_equals_a_full_sort():
     for top_p in (0.5, 0.9, 1.0):
         np.testing.assert_array_equal(_nucleus_draw(probs, draws, top_p).numpy(),
                                       full_sort_draw(probs, draws, top_p).numpy())
+
+
+def _reference_states(backend, prompt_ids, answer_ids, layers):
+    """Hidden states of the answer's own positions, from one full pass over prompt + answer."""
+    ids = torch.tensor([prompt_ids + answer_ids])
+    with torch.inference_mode():
+        states = backend.model.get_decoder()(ids, output_hidden_states=True).hidden_states
+    p = len(prompt_ids)
+    return {layer: states[layer][0, p:p + len(answer_ids)].float().numpy() for layer in layers}
+
+
+def _cosine(a, b):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+@pytest.mark.parametrize("max_new_tokens", [1, 5])
+def test_hf_pooled_states_are_the_answer_tokens_own(hf_model, max_new_tokens):
+    """The pooled state of an answer is its own last token's (D1): before the fix every
+    one-token sample got the prompt's last state, so four different one-token answers
+    shared one stored state. ``:mean`` averages the answer's own positions. Rows cut by
+    the length limit get their last state from one closing pass."""
+    layers = (-1, 3)
+    prompt = chat(QUESTIONS[0])
+    spec = GenerationSpec(max_new_tokens=max_new_tokens, n_samples=4, temperature=2.0,
+                          top_p=1.0, hidden_layers=layers)
+    result = hf_model.generate([prompt], spec, [11])[0]
+    gens = [result.greedy, *result.samples]
+    prompt_ids = hf_model.encode(prompt)
+    prompt_last = _reference_states(hf_model, prompt_ids[:-1], prompt_ids[-1:], layers)
+    worst = 1.0
+    for gen in gens:
+        ref = _reference_states(hf_model, prompt_ids, gen.token_ids, layers)
+        for layer in layers:
+            last, mean = gen.hidden[f"{layer}:last"], gen.hidden[f"{layer}:mean"]
+            worst = min(worst, _cosine(last, ref[layer][-1]), _cosine(mean, ref[layer].mean(0)))
+            # nearer its own last token's state than the prompt's last state
+            assert np.linalg.norm(last - ref[layer][-1]) < np.linalg.norm(
+                last - prompt_last[layer][0])
+    assert worst > (0.999 if hf_model.dtype == torch.float32 else 0.98)
+    if max_new_tokens == 1:  # different one-token answers, different states
+        answers = {tuple(g.token_ids) for g in gens}
+        states = {g.hidden["-1:last"].tobytes() for g in gens}
+        assert len(answers) > 1 and len(states) == len(answers)

@@ -42,6 +42,7 @@ class _Row:
     done: bool = False
     finish: str = "length"
     slot: int = -1                     # its place in the statistics buffers while decoding
+    closing: bool = False              # done; one more pass for its last token's state
 
 
 @dataclass
@@ -87,7 +88,8 @@ class _Buffers:
         self.stats = torch.zeros((slots, steps, 5), device=device)
         self.top_lp = torch.zeros((slots, steps, k), device=device)
         self.top_ids = torch.zeros((slots, steps, k), dtype=torch.long, device=device)
-        self.hidden = (torch.zeros((slots, steps, *hidden), device=device)
+        # one step more: a row's last answer token gets its state in a closing pass
+        self.hidden = (torch.zeros((slots, steps + 1, *hidden), device=device)
                        if hidden else None)
         self._free = list(range(slots - 1, -1, -1))
 
@@ -98,11 +100,14 @@ class _Buffers:
                top_lp: torch.Tensor | None, top_ids: torch.Tensor | None,
                hidden: torch.Tensor | None) -> None:
         """Write one step of each row at (its slot, its step)."""
-        self.stats[slots, steps] = stats
-        if top_lp is not None:
-            self.top_lp[slots, steps], self.top_ids[slots, steps] = top_lp, top_ids
         if self.hidden is not None and hidden is not None:
             self.hidden[slots, steps] = hidden
+        writing = steps < self.stats.shape[1]  # a closing pass has no token statistics
+        slots, steps, stats = slots[writing], steps[writing], stats[writing]
+        self.stats[slots, steps] = stats
+        if top_lp is not None and top_ids is not None:
+            self.top_lp[slots, steps] = top_lp[writing]
+            self.top_ids[slots, steps] = top_ids[writing]
 
     def release(self, slot: int, n: int
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
@@ -110,7 +115,8 @@ class _Buffers:
         got = (self.stats[slot, :n].cpu().numpy().copy(),
                self.top_lp[slot, :n].cpu().numpy().copy(),
                self.top_ids[slot, :n].cpu().numpy().copy(),
-               None if self.hidden is None else self.hidden[slot, :n].cpu().numpy().copy())
+               # states up to the one of token n - 1 (at buffer step n)
+               None if self.hidden is None else self.hidden[slot, :n + 1].cpu().numpy().copy())
         self._free.append(slot)
         return got
 
@@ -220,6 +226,9 @@ class DecodingLoop:
             keep = []
             for b, (i, token) in enumerate(zip(batch.rows, chosen.tolist(), strict=True)):
                 row = rows[i]
+                if row.closing:  # this pass gave its last token's state; nothing drawn
+                    results[i] = self._finish(row, spec, *out.release(row.slot, len(row.ids)))
+                    continue
                 row.ids.append(token)
                 if token in self._eos_ids or (spec.stop and self._hit_stop(row.ids, spec.stop)):
                     row.done, row.finish = True, "stop"
@@ -228,6 +237,12 @@ class DecodingLoop:
                         None if hook_top is None else (hook_top[0][b], hook_top[1][b]))):
                     row.done, row.finish = True, reason  # the hook ended this row
                 elif len(row.ids) < spec.max_new_tokens:
+                    keep.append(b)
+                    continue
+                if want_hidden and self._trim(row.ids, spec)[1] == len(row.ids):
+                    # The state *of* the last answer token comes from the pass that reads
+                    # it: stay in the batch for one closing pass.
+                    row.closing = True
                     keep.append(b)
                     continue
                 results[i] = self._finish(row, spec, *out.release(row.slot, len(row.ids)))
@@ -407,9 +422,9 @@ class DecodingLoop:
         tail = self.tokenizer.decode(ids[-8:], skip_special_tokens=True)
         return any(s in tail for s in stop)
 
-    def _finish(self, row: _Row, spec: GenerationSpec, stats: np.ndarray, top_lp: np.ndarray,
-                top_ids: np.ndarray, hidden: np.ndarray | None) -> Generation:
-        ids = row.ids
+    def _trim(self, ids: list[int], spec: GenerationSpec) -> tuple[str, int]:
+        """The answer text of a finished row and its number of tokens: without the
+        end-of-sequence token, cut at the first stop sequence."""
         n = len(ids)
         if n and ids[-1] in self._eos_ids:
             n -= 1  # the end-of-sequence token is not part of the answer
@@ -422,6 +437,12 @@ class DecodingLoop:
                 while n and len(self.tokenizer.decode(ids[:n - 1], skip_special_tokens=True)
                                 ) >= len(text):
                     n -= 1
+        return text, n
+
+    def _finish(self, row: _Row, spec: GenerationSpec, stats: np.ndarray, top_lp: np.ndarray,
+                top_ids: np.ndarray, hidden: np.ndarray | None) -> Generation:
+        ids = row.ids
+        text, n = self._trim(ids, spec)
         gen = Generation(
             text=text.strip(),
             token_ids=ids[:n],
@@ -437,10 +458,12 @@ class DecodingLoop:
             gen.top_logprobs = top_lp[:n].astype(np.float32)
             gen.top_tokens = [[self._piece(t) for t in step] for step in top_ids[:n].tolist()]
         if hidden is not None and n:
+            # hidden[t] is the state of the input at step t: the prompt's last token at
+            # step 0, answer token t - 1 after; the answer's own states are 1 .. n.
             gen.hidden = {}
             for j, layer in enumerate(spec.hidden_layers):
-                gen.hidden[f"{layer}:last"] = hidden[n - 1, j].astype(np.float16)
-                gen.hidden[f"{layer}:mean"] = hidden[:n, j].mean(0).astype(np.float16)
+                gen.hidden[f"{layer}:last"] = hidden[n, j].astype(np.float16)
+                gen.hidden[f"{layer}:mean"] = hidden[1:n + 1, j].mean(0).astype(np.float16)
         return gen
 
 
