@@ -57,6 +57,7 @@ from quality import (  # noqa: E402
 
 from confide.decisions.routing import cascade  # noqa: E402
 from confide.errors import InvalidInputError  # noqa: E402
+from confide.evaluation import MIN_COVERAGE  # noqa: E402
 from confide.grading.choice import choice  # noqa: E402
 from confide.judges import default_judge, make_judge  # noqa: E402
 from confide.learned import fit  # noqa: E402
@@ -102,9 +103,14 @@ def _prr(conf: np.ndarray, y: np.ndarray) -> float:
 
 
 def _best_single(records: list[Record], y: np.ndarray, names: list[str]) -> tuple[str, float]:
-    """The scorer with the highest PRR on these items (NaN items left out)."""
+    """The scorer with the highest PRR on the items where all of ``names`` have a value
+    (a scorer cannot win by leaving hard items out)."""
+    columns = {n: c for n in names
+               if (~np.isnan(c := _column(records, n))).mean() >= MIN_COVERAGE}
+    common = np.logical_and.reduce([~np.isnan(c) for c in columns.values()])
+    names = list(columns)
     value, name = max((v, n) for n in names
-                      if not math.isnan(v := _prr(_column(records, n), y)))
+                      if not math.isnan(v := _prr(columns[n][common], y[common])))
     return name, value
 
 

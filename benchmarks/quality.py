@@ -49,7 +49,8 @@ import numpy as np
 
 from confide.errors import ConfideError
 from confide.evaluation import LENGTH_BASELINE, EvalTable
-from confide.runner import RunConfig, execute
+from confide.plan import RunConfig
+from confide.runner import execute
 from confide.runs import open_run
 from confide.scorers import SCORERS, Need
 from confide.tasks import TASKS
@@ -64,7 +65,7 @@ FULL_DATA = {"triviaqa": "triviaqa/triviaqa_sm_sub.jsonl", "gsm8k": "gsm8k/test.
 # item, hidden states, or fitting): see the module docstring.
 _LEFT_OUT = {Need.EXTRA_PROMPT, Need.HIDDEN_STATES, Need.TRAINING}
 QUALITY_SCORERS = tuple(sorted(spec.name for spec in SCORERS.values()
-                               if not (spec.needs & _LEFT_OUT)))
+                               if spec.level == "answer" and not (spec.needs & _LEFT_OUT)))
 #: An open-answer task with fewer right answers than this cannot rank scorers.
 MIN_POSITIVES = 10
 RESULTS = Path(__file__).parent / "results"
@@ -160,8 +161,11 @@ class Piece:
         return None
 
     def ranked_rows(self) -> list[Any]:
-        rows = [r for r in self.table.rows if not math.isnan(r.metrics["auroc"][0])]
-        return sorted(rows, key=lambda r: -r.metrics["auroc"][0])
+        """The compared scorers by AUROC on the items all of them scored (the table's
+        comparison; scorers with few values are left out of every ranking)."""
+        rows = [r for r in self.table.rows if r.scorer in self.table.comparison.scorers
+                and not math.isnan(r.common_auroc)]
+        return sorted(rows, key=lambda r: -r.common_auroc)
 
     def significant_best(self) -> str | None:
         """The best scorer by AUROC when every other one is significantly below it."""

@@ -169,3 +169,40 @@ def test_compare_records_pairs_runs_on_shared_items():
     ga = np.array([r.scores["good"] for r in a[:30]])
     gb = np.array([r.scores["good"] for r in b])
     assert row["diff"] == pytest.approx(auroc_score(ga, ya) - auroc_score(gb, yb))
+
+
+def test_a_scorer_cannot_lead_by_abstaining_on_a_third_of_the_items():
+    # "honest" ranks the easy two thirds perfectly and the hard third backwards;
+    # "cherry" is NaN exactly on the hard third and only good on the rest. On its own
+    # items cherry's AUROC beats honest's over all items, but on the items both score
+    # honest is better, and that is where the best scorer is named.
+    rng = np.random.default_rng(1)
+    records = []
+    for i in range(60):
+        hard, correct = i % 3 == 0, i % 2 == 0
+        rec = make_record([-0.1] * 3, item_id=f"i{i}")
+        honest = (0.0 if correct else 1.0) if hard else (1.0 if correct else 0.0)
+        cherry = math.nan if hard else (0.7 if correct else 0.3) + rng.normal(0, 0.25)
+        rec.scores = {"honest": honest + rng.normal(0, 0.01), "cherry": cherry}
+        rec.grades = {"contains": float(correct)}
+        records.append(rec)
+    table = evaluate_records(records, grader="contains", scorers=["honest", "cherry"],
+                             n_resamples=200)
+    own = {name: table.row(name).metrics["auroc"][0] for name in ("honest", "cherry")}
+    assert own["cherry"] > own["honest"]  # the old rule would have named cherry best
+    assert table.row("cherry").coverage == pytest.approx(2 / 3)
+    assert table.comparison.n_common == 40
+    assert table.comparison.best == "honest"
+    assert table.row("honest").common_auroc == pytest.approx(1.0)
+    assert table.row("cherry").vs_best["n"] == 40 and table.row("cherry").vs_best["diff"] < 0
+
+
+def test_a_scorer_with_few_values_is_left_out_of_the_comparison():
+    records = _records()
+    for i, rec in enumerate(records):
+        rec.scores["rare"] = 1.0 if i < 10 else math.nan
+    table = evaluate_records(records, grader="contains", n_resamples=100)
+    assert "rare" in table.comparison.left_out and "rare" not in table.comparison.scorers
+    assert table.row("rare").vs_best is None
+    # the shared items are those of the compared scorers only
+    assert table.comparison.n_common == 54

@@ -6,7 +6,13 @@ is the grade, counted as correct at >= 0.5 (continuous grades too). Items whose
 confidence is NaN are left out of that scorer's row and counted in it, with
 their reasons.
 
-Per scorer: each metric with a seeded bootstrap interval; calibration twice:
+Per scorer: each metric with a seeded bootstrap interval on the items it
+scored, and its coverage (scored / graded). Comparisons *across* scorers (the
+best scorer, each one's paired difference from it) are made only on the items
+where every compared scorer has a value, so a scorer cannot lead by abstaining
+on hard items; a scorer with values on fewer than :data:`MIN_COVERAGE` of the
+graded items is left out of the comparison (it would shrink the shared items
+to its few) and the table says so. Also per scorer: calibration twice:
 ``calibrated`` (raw scores turned into probabilities by cross-fitted isotonic
 regression, :func:`confide.metrics.crossfit_probabilities`, so no item is
 calibrated on its own label) and, for a scorer whose values are already
@@ -51,7 +57,8 @@ from confide.metrics import (
 from confide.metrics.core import equal_mass_bins
 from confide.records import Record
 
-__all__ = ["DEFAULT_METRICS", "LENGTH_BASELINE", "Calibration", "EvalTable", "GraderAgreement",
+__all__ = ["DEFAULT_METRICS", "LENGTH_BASELINE", "MIN_COVERAGE", "Calibration", "Comparison",
+           "EvalTable", "GraderAgreement",
            "RunComparison", "ScorerRow", "compare_records", "evaluate_records", "json_safe",
            "scorer_column", "scorer_order"]
 
@@ -60,6 +67,9 @@ DEFAULT_METRICS = ("auroc", "prr", "aurc")
 LENGTH_BASELINE = "length"
 #: Equal-length strata of answer length for the length audit.
 N_STRATA = 4
+#: Scorers with values on fewer than this share of the graded items are left out of the
+#: comparison across scorers.
+MIN_COVERAGE = 0.5
 
 Interval = tuple[float, float, float]
 _NAN_INTERVAL: Interval = (math.nan, math.nan, math.nan)
@@ -88,8 +98,10 @@ class ScorerRow:
     ``audit`` holds ``length_spearman`` (confidence vs answer length),
     ``stratified_auroc``, ``lead`` (whether it beats the length baseline by
     plain AUROC; None for the baseline itself) and ``lead_vanishes`` (True when
-    that lead is gone within length strata). ``vs_best`` is the paired bootstrap
-    of AUROC against the best scorer. ``calibrated``: cross-fitted isotonic
+    that lead is gone within length strata). ``common_auroc`` is its AUROC on the
+    items every compared scorer has a value for, and ``vs_best`` the paired
+    bootstrap of AUROC against the best scorer there (:class:`Comparison`).
+    ``calibrated``: cross-fitted isotonic
     probabilities; ``raw_calibration``: the values themselves, only when they
     are probabilities.
     """
@@ -103,13 +115,21 @@ class ScorerRow:
     vs_best: dict[str, Any] | None = None
     calibrated: Calibration = field(default_factory=Calibration)
     raw_calibration: Calibration | None = None
+    common_auroc: float = math.nan
 
     @property
     def baseline(self) -> bool:
         return self.scorer == LENGTH_BASELINE
 
+    @property
+    def coverage(self) -> float:
+        """Share of the graded items this scorer has a value for."""
+        total = self.n + self.n_nan
+        return self.n / total if total else math.nan
+
     def to_dict(self) -> dict[str, Any]:
         return {"scorer": self.scorer, "n": self.n, "n_nan": self.n_nan,
+                "coverage": self.coverage, "common_auroc": self.common_auroc,
                 "nan_reasons": self.nan_reasons, "audit": self.audit, "vs_best": self.vs_best,
                 "calibrated": self.calibrated.to_dict(),
                 "raw_calibration": (None if self.raw_calibration is None
@@ -132,6 +152,22 @@ class GraderAgreement:
 
 
 @dataclass
+class Comparison:
+    """How the scorers of a table were compared: on ``n_common`` items where all of
+    ``scorers`` have a value; ``best`` by AUROC there; ``left_out`` maps each scorer
+    kept out of the comparison to why."""
+
+    n_common: int = 0
+    scorers: list[str] = field(default_factory=list)
+    best: str | None = None
+    left_out: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"n_common": self.n_common, "scorers": self.scorers, "best": self.best,
+                "left_out": self.left_out}
+
+
+@dataclass
 class EvalTable:
     """The evaluation of one run under one grader."""
 
@@ -147,6 +183,7 @@ class EvalTable:
     graders: GraderAgreement | None = None
     notes: list[str] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
+    comparison: Comparison = field(default_factory=Comparison)
 
     def row(self, scorer: str) -> ScorerRow:
         return next(r for r in self.rows if r.scorer == scorer)
@@ -167,6 +204,7 @@ class EvalTable:
             "grader_agreement": self.grader_agreement,
             "graders": None if self.graders is None else self.graders.to_dict(),
             "notes": self.notes, "options": self.options,
+            "comparison": self.comparison.to_dict(),
             "scorers": [r.to_dict() for r in self.rows],
         })
 
@@ -269,13 +307,13 @@ def evaluate_records(records: list[Record], *, grader: str, scorers: list[str] |
         row.audit = _audit(values, y, lengths[keep], n_strata)
         rows.append(row)
     _flag_length_lead(rows, confidences, binary, lengths, n_strata)
-    if compare:
-        _compare_to_best(rows, confidences, binary, n_resamples, level, seed)
+    comparison = (_compare_to_best(rows, confidences, binary, n_resamples, level, seed)
+                  if compare else Comparison())
     table = EvalTable(grader, len(records), len(graded), accuracy, rows, level,
                       graders=_grader_agreement(graded, names, confidences), notes=notes,
                       options={"metrics": list(metrics), "metric_options": options,
                                "n_resamples": n_resamples, "seed": seed, "n_strata": n_strata,
-                               "n_bins": n_bins})
+                               "n_bins": n_bins}, comparison=comparison)
     _length_panel(table, binary, lengths, n_strata)
     return table
 
@@ -345,22 +383,40 @@ def _flag_length_lead(rows: list[ScorerRow], confidences: dict[str, np.ndarray],
 
 
 def _compare_to_best(rows: list[ScorerRow], confidences: dict[str, np.ndarray],
-                     binary: np.ndarray, n_resamples: int, level: float, seed: int) -> None:
-    """Paired bootstrap of AUROC difference (scorer − best) on the items both scored."""
-    ranked = [r for r in rows if "auroc" in r.metrics and not math.isnan(r.metrics["auroc"][0])]
-    if len(ranked) < 2:
-        return
-    best = max(ranked, key=lambda r: r.metrics["auroc"][0])
+                     binary: np.ndarray, n_resamples: int, level: float, seed: int
+                     ) -> Comparison:
+    """The best scorer by AUROC on the items every compared scorer has a value for, and
+    the paired bootstrap of AUROC difference (scorer − best) on those same items."""
+    out = Comparison()
+    n_graded = len(binary)
+    compared = []
+    for row in rows:
+        if row.n < 3 or row.n < MIN_COVERAGE * n_graded:
+            out.left_out[row.scorer] = (f"values on {row.n} of {n_graded} graded items "
+                                        f"(below {MIN_COVERAGE:.0%})")
+        else:
+            compared.append(row)
+    if len(compared) < 2:
+        return out
+    common = np.logical_and.reduce([~np.isnan(confidences[r.scorer]) for r in compared])
+    out.n_common, out.scorers = int(common.sum()), [r.scorer for r in compared]
+    y = binary[common]
+    for row in compared:
+        row.common_auroc = float(_quietly(auroc_score, confidences[row.scorer][common], y))
+    ranked = [r for r in compared if not math.isnan(r.common_auroc)]
+    if len(ranked) < 2 or out.n_common < 3:
+        return out
+    best = max(ranked, key=lambda r: r.common_auroc)
+    out.best = best.scorer
     for row in ranked:
         if row is best:
             continue
-        a, b = confidences[row.scorer], confidences[best.scorer]
-        keep = ~np.isnan(a) & ~np.isnan(b)
-        if keep.sum() < 3:
-            continue
-        result = _quietly(paired_bootstrap, "auroc", a[keep], b[keep], binary[keep],
+        result = _quietly(paired_bootstrap, "auroc", confidences[row.scorer][common],
+                          confidences[best.scorer][common], y,
                           n_resamples=n_resamples, level=level, seed=seed)
-        row.vs_best = {"best": best.scorer, **{k: float(v) for k, v in result.items()}}
+        row.vs_best = {"best": best.scorer, "n": out.n_common,
+                       **{k: float(v) for k, v in result.items()}}
+    return out
 
 
 def _grader_agreement(graded: list[Record], names: list[str],

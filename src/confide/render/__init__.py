@@ -72,12 +72,14 @@ def render_eval_table(console: Console, table: EvalTable, *, title: str = "",
     columns += [Column(f"{m.upper()} [{pct}% CI]", justify="right") for m in metric_names]
     columns += [Column(h, justify="right") for h in ("Δ AUROC vs best (p)",
                                                      "AUROC in length strata",
-                                                     "ρ(conf, length)", "n", "NaN")]
+                                                     "ρ(conf, length)", "n", "NaN",
+                                                     "coverage")]
+    compared = table.comparison
     rows = []
     for row in sorted(table.rows, key=lambda r: -_sort_key(r.metrics.get("auroc"))):
         vs = row.vs_best
-        diff = "best" if vs is None and "auroc" in row.metrics and \
-            not math.isnan(row.metrics["auroc"][0]) else "–"
+        diff = "best" if row.scorer == compared.best else \
+            "left out" if row.scorer in compared.left_out else "–"
         if vs is not None:
             diff = f"{vs['diff']:+.3f} (p={vs['p_value']:.2f})"
         strat = fmt_number(row.audit.get("stratified_auroc"))
@@ -85,8 +87,14 @@ def render_eval_table(console: Console, table: EvalTable, *, title: str = "",
             strat += " ⚠"
         rows.append([escape(row.scorer), *(fmt_interval(row.metrics[m]) for m in metric_names),
                      diff, strat, fmt_number(row.audit.get("length_spearman"), 2), str(row.n),
-                     str(row.n_nan) if row.n_nan else ""])
+                     str(row.n_nan) if row.n_nan else "",
+                     "–" if math.isnan(row.coverage) else f"{row.coverage:.0%}"])
     print_table(console, columns, rows, title=title)
+    if compared.best is not None:
+        console.print(f"best and Δ AUROC: on the {compared.n_common} items where all "
+                      f"{len(compared.scorers)} compared scorers have a value"
+                      + (f"; left out (few values): {', '.join(compared.left_out)}"
+                         if compared.left_out else ""))
     console.print(f"accuracy ({table.grader}): {fmt_interval(table.accuracy)} "
                   f"on {table.n_graded} graded of {table.n_items} items; "
                   f"ρ(correct, length) = {fmt_number(table.correct_length_spearman, 2)}")
@@ -109,6 +117,8 @@ def render_eval_table(console: Console, table: EvalTable, *, title: str = "",
             console.print(f"  {escape(row.scorer)}: NaN on {count} item(s): {escape(reason)}")
     for name, reason in (skipped or {}).items():
         console.print(f"  skipped {escape(name)}: {escape(reason)}")
+    for note in table.notes:
+        console.print(f"note: {escape(note)}")
 
 
 def _sort_key(values: tuple[float, float, float] | None) -> float:

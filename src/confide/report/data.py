@@ -253,6 +253,10 @@ class ScorerView:
         return self.row.vs_best
 
     @property
+    def coverage(self) -> float:
+        return self.row.coverage
+
+    @property
     def ece(self) -> float:
         return self.row.calibrated.ece[0]
 
@@ -347,11 +351,12 @@ def _explorer_item(position: int, record: Record, scorers: list[str],
 def _claim_colour(records: list[Record]) -> tuple[str, tuple[float, float]]:
     """The claim scorer that colours the claims (the first registered default one the
     records hold) and the range of its values mapped onto the colour scale."""
-    from confide.claims import CLAIM_SCORERS, DEFAULT_CLAIM_SCORERS
+    from confide.claims import DEFAULT_CLAIM_SCORERS
+    from confide.scorers import SCORERS
 
     held = {s for r in records for c in (r.claims or []) for s in c.scores}
     name = next((s for s in DEFAULT_CLAIM_SCORERS if s in held), next(iter(sorted(held)), ""))
-    if not name or (name in CLAIM_SCORERS and CLAIM_SCORERS[name].probability):
+    if not name or (name in SCORERS and SCORERS[name].probability):
         return name, (0.0, 1.0)
     values = [c.scores[name] for r in records for c in (r.claims or [])
               if not math.isnan(c.scores.get(name, math.nan))]
