@@ -361,10 +361,15 @@ def label_prob(record: Record, ctx: ScoringContext) -> float:
 def eigenscore_key(samples: list[Generation], wanted: str | None = None) -> str:
     """The hidden-state key EigenScore reads: ``wanted``, else the median stored layer's ``last``.
 
+    Layers are ordered by depth: a negative index counts from the top, so it is
+    deeper than every non-negative one (``8, 16, -1`` → ``16`` is the middle).
+
     >>> g = [Generation("a", hidden={"4:last": np.ones(2), "8:last": np.ones(2),
     ...                               "12:last": np.ones(2), "8:mean": np.ones(2)})]
     >>> eigenscore_key(g)
     '8:last'
+    >>> eigenscore_key([Generation("a", hidden={f"{k}:last": np.ones(2) for k in (8, 16, -1)})])
+    '16:last'
     """
     keys: set[str] | None = None
     for s in samples:
@@ -378,7 +383,7 @@ def eigenscore_key(samples: list[Generation], wanted: str | None = None) -> str:
     last = [k for k in keys if k.endswith(":last") and k.split(":")[0].lstrip("-").isdigit()]
     if not last:
         raise CannotScore("the samples carry no hidden states (run with --hidden-layers)")
-    layers = sorted(int(k.split(":")[0]) for k in last)
+    layers = sorted((int(k.split(":")[0]) for k in last), key=lambda v: (v < 0, v))
     return f"{layers[(len(layers) - 1) // 2]}:last"
 
 

@@ -214,9 +214,19 @@ def ccp(record: Record, ctx: ScoringContext) -> float:
     :math:`A_t` are the stored top-k alternatives at step :math:`t` other
     than the chosen token :math:`y_t`, and :math:`v \equiv y_t` is decided by
     the run's equivalence judge on the two token texts stripped of spaces
-    and punctuation (as LM-Polygraph strips them). Alternatives that merely
+    and punctuation (as LM-Polygraph strips them); two tokens that both strip
+    to nothing (``"."`` and ``".\n"``) carry no word and are equivalent, so
+    punctuation choices never lower confidence. Alternatives that merely
     rephrase the chosen token do not lower confidence; those that change the
     answer do. In [0, 1].
+
+    >>> from confide.records import Item
+    >>> gen = Generation("Paris.", token_ids=[1, 2], tokens=["Paris", "."],
+    ...                  token_logprobs=np.log([0.9, 0.5]),
+    ...                  top_logprobs=np.log([[0.9, 0.05], [0.5, 0.4]]),
+    ...                  top_tokens=[["Paris", "Lyon"], [".", ".\n"]])
+    >>> round(ccp(Record(Item("q", "Capital of France?"), gen), ScoringContext()), 3)
+    0.947
 
     Differs from LM-Polygraph's ``CCP`` in the judge only: Polygraph asks an
     NLI model and drops *neutral* alternatives from both sums; a confide judge
@@ -250,7 +260,9 @@ def ccp(record: Record, ctx: ScoringContext) -> float:
             if not skipped_self and alt == token and abs(float(alt_lp) - float(lp)) < 1e-4:
                 skipped_self = True  # the chosen token itself, listed among the top-k
                 continue
-            equivalent = judge.decide(word, _word(alt), record.item).equivalent
+            alt_word = _word(alt)
+            equivalent = (not word and not alt_word) or judge.decide(
+                word, alt_word, record.item).equivalent
             (same if equivalent else other).append(float(alt_lp))
         entail = float(np.logaddexp.reduce(same))
         total = float(np.logaddexp.reduce(same + other))
