@@ -234,9 +234,11 @@ class ScoresUnconditioned(Protocol):
     """A backend that scores given answer tokens without the question (``pmi``, ``cpmi``;
     capability ``unconditioned_logprobs``)."""
 
-    def unconditioned_logprobs(self, answers: list[list[int]]) -> list[Any]:
+    def unconditioned_logprobs(self, answers: list[list[int]], *, chat: bool | None = None
+                               ) -> list[Any]:
         """Per answer (token ids), a float64 array of each token's log-probability after a
-        neutral prompt in place of the question, in order."""
+        neutral prompt in place of the question, in order; ``chat``: whether the answers'
+        prompts were chat messages (the neutral prompt follows; None: the model's kind)."""
         ...
 
 

@@ -56,6 +56,16 @@ def _backend_with(ctx: ScoringContext, protocol: type, what: str) -> Any:
     return backend
 
 
+def _chat_prompt(ctx: ScoringContext) -> bool:
+    """Whether the answer was generated from chat messages: the rendered prompt decides
+    (TriviaQA's k-shot text is a completion even for a chat model); without one, the
+    backend's kind."""
+    prompt = ctx.options.get("prompt")
+    if prompt is not None:
+        return isinstance(prompt, list)
+    return isinstance(ctx.backend, HasChatTemplate) and bool(ctx.backend.has_chat_template)
+
+
 # ---------------------------------------------------------------------------
 # pointwise mutual information
 
@@ -68,7 +78,8 @@ def _unconditioned(record: Record, ctx: ScoringContext) -> np.ndarray:
 
     def compute() -> np.ndarray:
         backend = _backend_with(ctx, ScoresUnconditioned, "unconditioned logprobs")
-        return np.asarray(backend.unconditioned_logprobs([ids])[0], dtype=np.float64)
+        return np.asarray(backend.unconditioned_logprobs([ids], chat=_chat_prompt(ctx))[0],
+                          dtype=np.float64)
 
     u: np.ndarray = ctx.cached(record, "unconditioned_logprobs", compute)
     if u.shape != (len(ids),):
@@ -116,9 +127,10 @@ def pmi(record: Record, ctx: ScoringContext) -> float:
 
     How much the question raised each token's probability: an answer the
     model would give to no question at all scores low. :math:`n` is the
-    backend's neutral prompt (a chat model's template around an empty user
-    message; a plain model's start token), so every token, the first
-    included, has an unconditioned probability. Cost: one forward pass over
+    backend's neutral prompt in the form the answer's own prompt took (chat
+    messages: the template around an empty user message; a completion prompt
+    such as TriviaQA's k-shot text: the start token), so every token, the
+    first included, has an unconditioned probability. Cost: one forward pass over
     neutral prompt + answer per record.
 
     LM-Polygraph's ``MeanPointwiseMutualInformation`` returns :math:`-c`
@@ -251,8 +263,9 @@ def rauq(record: Record, ctx: ScoringContext) -> float:
     pass over prompt + answer; :math:`M` the middle third of the layers
     (:func:`rauq_layers`); :math:`h^*_l` the head of layer :math:`l` that
     attends most to the previous token on average; :math:`\alpha = 0.5` for
-    a model with a chat template, 0.2 otherwise (``ctx.options["rauq_alpha"]``
-    overrides). A confident token after a doubtful one inherits some doubt
+    an answer to chat messages, 0.2 for one continuing a completion prompt (as
+    the rendered prompt was given, not whether the model has a chat template;
+    ``ctx.options["rauq_alpha"]`` overrides). A confident token after a doubtful one inherits some doubt
     when the head looks back at it.
 
     Equals LM-Polygraph's ``RAUQ`` (:math:`c = 1 - U`, its uncertainty is
@@ -270,8 +283,7 @@ def rauq(record: Record, ctx: ScoringContext) -> float:
     length, diagonal = _attention(record, ctx)
     alpha = ctx.options.get("rauq_alpha")
     if alpha is None:
-        chat = isinstance(ctx.backend, HasChatTemplate) and bool(ctx.backend.has_chat_template)
-        alpha = RAUQ_ALPHA_CHAT if chat else RAUQ_ALPHA_BASE
+        alpha = RAUQ_ALPHA_CHAT if _chat_prompt(ctx) else RAUQ_ALPHA_BASE
     t = logprobs.size
     previous = diagonal[list(rauq_layers(diagonal.shape[0])), :, length:length + t - 1]
     return rauq_value(logprobs, previous, float(alpha))

@@ -67,16 +67,18 @@ class ExtraPasses:
 
     # -- the answer scored again -----------------------------------------------
 
-    def neutral_prompt(self) -> list[int]:
+    def neutral_prompt(self, chat: bool | None = None) -> list[int]:
         """Token ids of a prompt without a question, for scoring an answer unconditioned.
 
-        A chat model: its chat template around one empty user message (with
-        the generation prompt and any default system message of the
-        template), so the answer still sits in the assistant's turn. A plain
-        model: its beginning-of-sequence token, or the end-of-sequence token
-        (the document separator) for a tokenizer without one.
+        ``chat`` says how the answer's own prompt was given (default: as chat
+        when the model has a chat template), so the neutral prompt matches it.
+        Chat: the template around one empty user message (with the generation
+        prompt and any default system message of the template), so the answer
+        still sits in the assistant's turn. A completion prompt (TriviaQA's
+        k-shot text): the beginning-of-sequence token, or the end-of-sequence
+        token (the document separator) for a tokenizer without one.
         """
-        if self.has_chat_template:
+        if self.has_chat_template if chat is None else chat:
             return self.encode([{"role": "user", "content": ""}])
         ids = self.encode("")
         if ids:
@@ -85,17 +87,19 @@ class ExtraPasses:
         return [int(start) if start is not None else next(iter(sorted(self._eos_ids)))]
 
     @torch.inference_mode()
-    def unconditioned_logprobs(self, answers: list[list[int]]) -> list[np.ndarray]:
+    def unconditioned_logprobs(self, answers: list[list[int]], *, chat: bool | None = None
+                               ) -> list[np.ndarray]:
         r"""Log-probability of each answer token without the question.
 
         .. math:: u_t = \log p(y_t \mid n, y_{<t})
 
-        :math:`n` is :meth:`neutral_prompt`. One teacher-forced forward pass
+        :math:`n` is :meth:`neutral_prompt` (``chat``: as the answer's prompt was
+        given). One teacher-forced forward pass
         per batch of ``batch_size`` answers (left-padded), float32 logits, no
         cache kept. Returns one float64 array of length ``len(answer)`` per
         answer, in order.
         """
-        neutral = self.neutral_prompt()
+        neutral = self.neutral_prompt(chat)
         out: list[np.ndarray] = []
         for start in range(0, len(answers), self.batch_size):
             chunk = [list(a) for a in answers[start:start + self.batch_size]]
