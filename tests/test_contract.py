@@ -12,7 +12,9 @@ model a second question get the same real backend; clustering uses the
 ``exact`` judge (the default for TriviaQA), the embedding-based scorers the
 bundled all-MiniLM-L6-v2 encoder. Needs exercised: every :class:`Need` except
 ``TRAINING`` (a scorer that must be fitted first cannot be fitted generically;
-such a scorer is skipped here with that reason and needs its own test).
+such a scorer is skipped here with that reason and has its own tests:
+``tests/test_learned.py``, ``tests/test_density.py``). Claim-level scorers obey
+their own contract (``tests/claims/test_contract.py``).
 
 Rules checked, for every scorer and every degenerate record:
 
@@ -42,10 +44,10 @@ from confide.grading import GRADERS, grade
 from confide.judges import ExactJudge
 from confide.metrics import METRICS, UndefinedMetricWarning
 from confide.records import Generation, Item, Record
-from confide.scorers import SCORERS, Need, ScoringContext, run_scorer
+from confide.scorers import SCORERS, Need, ScoringContext, run_scorer, scorers_at
 
 N_SAMPLES = 4
-SCORER_NAMES = sorted(SCORERS)
+SCORER_NAMES = [spec.name for spec in scorers_at("answer")]  # claim level: tests/claims
 
 
 # ----------------------------------------------------------------------- records

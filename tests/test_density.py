@@ -139,7 +139,27 @@ def test_density_without_hidden_state_or_tokens_is_nan_with_reason(rng):
                                               hidden={"8:mean": np.zeros(3, np.float16)}))
     (v1, why1), (v2, why2) = model.predict([bare, empty])
     assert math.isnan(v1) and "hidden state 8:mean" in why1
-    assert math.isnan(v2) and "token logprobs" in why2
+    assert math.isnan(v2) and "empty answer" in why2
+
+
+@pytest.mark.parametrize("kind", ["mahalanobis", "huq"])
+def test_an_empty_answer_gets_nan_with_the_reason_from_a_density_model(kind, rng):
+    # The Gaussian alone would score an empty answer's hidden state like any other; the
+    # registered scorer of the kind, applied through run_scorer, gives NaN with the reason.
+    from confide.scorers.base import EMPTY_ANSWER
+
+    x, y = _outliers_wrong(rng, n=40, d=3)
+    records = _records({"8:mean": x}, y)
+    model = fit(records, kind=kind, grader="contains", model=MODEL, layer="8", run="digest")
+    empty = Record(Item("e", "q"), Generation(" ", token_logprobs=np.array([-0.1]),
+                                              hidden={"8:mean": np.zeros(3, np.float16)}))
+    for value, why in (*model.apply([empty], run="other", backend=MODEL),
+                       *model.predict([empty])):
+        assert math.isnan(value) and why == EMPTY_ANSWER
+    records[0].greedy.text = ""  # on its own run too: NaN, not its out-of-fold score
+    own = model.apply(records, run="digest", backend=MODEL)
+    assert math.isnan(own[0][0]) and own[0][1] == EMPTY_ANSWER
+    assert [v for v, _ in own[1:]] == [model.oof[r.item.id] for r in records[1:]]
 
 
 def test_density_fit_rejects_bad_input(rng):

@@ -1,15 +1,19 @@
-"""Imports point one way, and no module reaches into another's private names.
+"""Imports point one way, no module reaches into another's private names, and no circles.
 
 Every module of ``src/confide`` is parsed (``ast``, nothing is imported) and
 each of its imports, at module level, inside functions and under
 ``TYPE_CHECKING`` alike, is checked against :data:`LAYERS`: a module may
 import from its own layer and the layers listed before it, never from one
 after it. A new module must be placed in a layer here.
+
+Within a layer imports may go either way, so the same imports also form a
+graph in which no two modules may reach each other (:func:`import_cycles`).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -17,28 +21,37 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "confide"
 
-# Bottom to top. A module belongs to the layer of its longest matching prefix.
-# The flow of the README (task → backend → record → scorers → grading →
-# metrics → evaluation → decisions → report/serve/CLI) read as imports: the
-# data types and the answer-reading helpers the stages share sit below them.
+# Bottom to top. A module belongs to the layer of its longest matching prefix; the
+# package itself ("confide") only by its exact name, so a module nobody placed is caught.
+# The flow of the README (task → backend → record → scorers → grading → metrics →
+# evaluation → decisions → report/serve/CLI) read as imports: the data types, the metrics
+# (pure functions of arrays) and the answer-reading helpers the stages share sit below
+# them, and grading (answer + references → correct) below the scorers, none of which
+# needs a grade.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("confide.errors", "confide.registry", "confide.records", "confide.formatting",
               "confide.options", "confide.outputs")),  # option ranges; output paths
+    # arrays in, numbers out: nothing of confide but errors and the registry
+    ("metrics", ("confide.metrics", "confide.audit")),
     ("text", ("confide.text",)),            # answer normalisation, similarity, calls, embeddings
     ("tasks", ("confide.tasks",)),
     ("backends", ("confide.backends",)),
     ("store", ("confide.store",)),
-    ("scorers", ("confide.judges", "confide.features", "confide.scorers",
-                 "confide.claims.split", "confide.claims.scorers",  # claims and their scorers
-                 "confide.summary")),  # summary: the sampled answers' clusters in words
+    ("ingest", ("confide.ingest",)),       # other tools' logs → Items and Generations
     ("grading", ("confide.grading", "confide.claims.grading")),
+    ("scorers", ("confide.scoring_context",  # the context scorers and features share
+                 "confide.clustering", "confide.judges",  # equivalence and its clusters
+                 "confide.features", "confide.scorers",
+                 "confide.claims.split",  # claims' spans, read by the claim-level scorers
+                 "confide.summary")),  # summary: the sampled answers' clusters in words
     ("pipeline", ("confide.pipeline",       # generate → record → score → grade
+                  "confide.plan",           # the run plan, checked before anything loads
                   "confide.streaming",      # token by token, early abstention
                   "confide.selfreflect")),  # how faithful a summary is (a judge model)
-    ("metrics", ("confide.metrics", "confide.audit")),
     ("evaluation", ("confide.evaluation", "confide.claims.evaluation")),
     # the run loop, here or over Ray workers; a stored run and its table; the claim stage
-    ("runs", ("confide.runner", "confide.distributed", "confide.runs", "confide.claims.run")),
+    ("runs", ("confide.runner", "confide.distributed", "confide.runs", "confide.claims.run",
+             "confide.importing", "confide.labels", "confide.exports")),
     ("decisions", ("confide.decisions", "confide.learned", "confide.density",
                    "confide.claims")),  # refine: acting on claim confidences
     ("outputs", ("confide.report", "confide.serve")),
@@ -53,7 +66,9 @@ def layer_of(module: str) -> str | None:
     best, found = -1, None
     for name, prefixes in LAYERS:
         for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+            covers = module == prefix or (module.startswith(prefix + ".")
+                                          and prefix != "confide")
+            if covers and len(prefix) > best:
                 best, found = len(prefix), name
     return found
 
@@ -81,11 +96,16 @@ def _resolve(module: str, node: ast.ImportFrom, is_package: bool) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+@functools.cache
+def _parse(source: str, filename: str) -> ast.Module:
+    return ast.parse(source, filename=filename)
+
+
 def imports(module: str, path: Path, found: dict[str, Path]
             ) -> list[tuple[int, str, str | None]]:
     """``(line, imported module, imported name or None)`` for each confide import, and for
     each ``alias._name`` read through a name bound to a confide module."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    tree = _parse(path.read_text(encoding="utf-8"), str(path))
     out: list[tuple[int, str, str | None]] = []
     aliases: dict[str, str] = {}
     for node in ast.walk(tree):
@@ -142,6 +162,89 @@ def violations(found: dict[str, Path]) -> list[str]:
     return problems
 
 
+def _where(path: Path) -> Path | str:
+    return path.relative_to(SRC) if path.is_relative_to(SRC) else path.name
+
+
+def _is_inside(module: str, package: str) -> bool:
+    return module.startswith(package + ".")
+
+
+def import_graph(found: dict[str, Path]) -> dict[str, dict[str, int]]:
+    """``module -> {imported module: first line}`` over confide's modules, from the same
+    imports the layer check reads (module level, functions, ``TYPE_CHECKING``).
+
+    ``from pkg import name`` inside ``pkg`` itself (a submodule importing its own
+    package) points at the module ``pkg/__init__.py`` re-exports ``name`` from: a package
+    re-exporting its submodules is not a circle with them. A name the ``__init__``
+    defines itself keeps the edge to the package. Parent packages a dotted import runs
+    first are not edges.
+    """
+    def target_of(target: str, name: str | None) -> str:
+        full = f"{target}.{name}" if name else target
+        return full if full in found else target
+
+    exports: dict[str, dict[str, str]] = {}
+    for module, path in found.items():
+        if path.name == "__init__.py":
+            exports[module] = {name: target_of(target, name)
+                               for _, target, name in imports(module, path, found)
+                               if name is not None}
+    graph: dict[str, dict[str, int]] = {}
+    for module, path in found.items():
+        edges = graph.setdefault(module, {})
+        for line, target, name in imports(module, path, found):
+            there = target_of(target, name)
+            if there == target and _is_inside(module, target) and name is not None:
+                there = exports.get(target, {}).get(name, target)
+            if there in found and there != module:
+                edges.setdefault(there, line)
+    return graph
+
+
+def import_cycles(found: dict[str, Path]) -> list[str]:
+    """Each group of modules that import each other (a strongly connected component of
+    :func:`import_graph` with more than one module), with the imports that close it."""
+    graph = import_graph(found)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    out = []
+    for group in sorted(groups):
+        members = set(group)
+        closing = [f"{_where(found[a])}:{line} imports {b}"
+                   for a in group for b, line in sorted(graph[a].items()) if b in members]
+        out.append(f"import circle among {', '.join(group)}: " + "; ".join(closing))
+    return out
+
+
 def test_every_module_has_a_layer():
     assert not [m for m in modules() if layer_of(m) is None]
 
@@ -164,3 +267,51 @@ def test_layer_check_catches(tmp_path, source, expected):
                     + "\n" + source, encoding="utf-8")
     problems = violations({**modules(), "confide.scorers.whitebox": fake})
     assert [p for p in problems if p.startswith("whitebox.py") and expected in p]
+
+
+def test_no_import_circles():
+    cycles = import_cycles(modules())
+    assert not cycles, "\n".join(cycles)
+
+
+def _fake(tmp_path: Path, name: str, source: str) -> tuple[str, Path]:
+    path = tmp_path.joinpath(*name.split(".")[1:]).with_suffix(".py")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(source, encoding="utf-8")
+    return name, path
+
+
+def test_cycle_check_catches_a_pair_importing_each_other(tmp_path):
+    # The check itself can fail: two modules reaching each other, one of them only
+    # inside a function, are one circle, reported with both modules named.
+    fakes = dict([
+        _fake(tmp_path, "confide.fake_a",
+              "from confide.fake_b import b\n\ndef a():\n    return b\n"),
+        _fake(tmp_path, "confide.fake_b",
+              "def b():\n    from confide.fake_a import a\n    return a\n"),
+    ])
+    cycles = import_cycles({**modules(), **fakes})
+    ours = [c for c in cycles if "confide.fake_a" in c]
+    assert len(ours) == 1 and "confide.fake_a, confide.fake_b:" in ours[0]
+    assert "fake_a.py:1 imports confide.fake_b" in ours[0]
+
+
+def test_cycle_check_leaves_a_package_reexporting_its_submodules(tmp_path):
+    # pkg/__init__.py re-exports pkg.one and pkg.two; pkg.two takes pkg.one's name from
+    # the package: that resolves to pkg.one, not a circle. A name the package defines
+    # itself, read back by the submodule it imports, is one.
+    pkg = tmp_path / "fakepkg"
+    pkg.mkdir()
+    init = pkg / "__init__.py"
+    init.write_text("from confide.fakepkg.one import x\nfrom confide.fakepkg.two import y\n",
+                    encoding="utf-8")
+    fakes = {"confide.fakepkg": init,
+             **dict([_fake(tmp_path, "confide.fakepkg.one", "x = 1\n"),
+                     _fake(tmp_path, "confide.fakepkg.two",
+                           "from confide.fakepkg import x\ny = x\n")])}
+    assert not [c for c in import_cycles({**modules(), **fakes}) if "fakepkg" in c]
+    init.write_text(init.read_text(encoding="utf-8") + "z = 3\n", encoding="utf-8")
+    fakes["confide.fakepkg.two"].write_text("from confide.fakepkg import z\ny = z\n",
+                                            encoding="utf-8")
+    assert [c for c in import_cycles({**modules(), **fakes})
+            if "confide.fakepkg, confide.fakepkg.two:" in c]

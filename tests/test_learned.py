@@ -10,14 +10,8 @@ import numpy as np
 import pytest
 
 from confide.errors import ConfigMismatch, InvalidInputError
-from confide.learned import (
-    Learned,
-    _fit_boosting,
-    _predict,
-    _predict_boosting,
-    fit,
-    token_features,
-)
+from confide.learned import Learned, fit, token_features
+from confide.learned.estimators import fit_boosting, predict_boosting, predict_params
 from confide.records import Generation, Item, Record
 
 MODEL = {"backend": "hf", "model": "smollm2", "kind": "alias", "dtype": "float32"}
@@ -99,7 +93,7 @@ def test_probe_is_sklearn_nested_cross_validation_over_the_one_fold_rule(rng):
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    from confide.learned import C_GRID, SELECTION_FOLDS
+    from confide.learned.estimators import C_GRID, SELECTION_FOLDS
     from confide.metrics.crossfit import CrossfitCV, crossfit_splits
 
     x, y, _ = _separable(rng, n=60, d=4)
@@ -163,6 +157,55 @@ def test_apply_uses_oof_on_own_run_and_refuses_trained_items_elsewhere(rng):
     assert all(why is None and 0 <= s <= 1 for s, why in scored)
 
 
+@pytest.mark.parametrize("kind", ["probe", "combiner"])
+def test_an_empty_answer_gets_nan_with_the_reason_from_a_fitted_model(kind, rng):
+    # A probe reads the empty answer's hidden state and a combiner fills its NaN inputs
+    # with training medians: alone, each would give it a confidence. Applied through the
+    # registered scorer of the kind and run_scorer, it gets NaN with the reason.
+    from confide.scorers.base import EMPTY_ANSWER
+
+    x, y, _ = _separable(rng, n=60, d=8)
+    scores = {"a": x[:, 0], "b": x[:, 1]}
+    model = fit(_records(x, y, scores=scores), kind=kind, grader="contains", model=MODEL,
+                layer="8:mean", run="run-a")
+    fresh = _records(x[:2], y[:2], prefix="new", scores={"a": x[:2, 0], "b": x[:2, 1]})
+    fresh[0].greedy.text = "  "
+    fresh[0].scores = {"a": math.nan, "b": math.nan}  # what every scorer gives it
+    for (value, why), (other, other_why) in (model.apply(fresh, run="run-b", backend=MODEL),
+                                            model.predict(fresh)):
+        assert math.isnan(value) and why == EMPTY_ANSWER
+        assert other_why is None and 0 <= other <= 1
+    own = _records(x, y, scores=scores)
+    own[3].greedy.text = ""  # a training item on its own run: NaN, not its out-of-fold score
+    applied = model.apply(own, run="run-a", backend=MODEL)
+    assert math.isnan(applied[3][0]) and applied[3][1] == EMPTY_ANSWER
+    assert [v for i, (v, _) in enumerate(applied) if i != 3] == \
+        [model.oof[r.item.id] for i, r in enumerate(own) if i != 3]
+
+
+def test_fitted_kinds_are_registered_scorers_applied_from_the_context(rng):
+    from confide.pipeline import plan_scorers
+    from confide.scorers import SCORERS, Need, run_scorer
+    from confide.scorers.fitted import fitted_context
+
+    kinds = ("probe", "lens", "combiner", "mahalanobis", "relative_mahalanobis", "huq")
+    assert all(SCORERS[k].level == "answer" and SCORERS[k].family == "fitted"
+               and Need.TRAINING in SCORERS[k].needs for k in kinds)
+    usable, skipped = plan_scorers(["msp", *kinds], frozenset({"token_logprobs",
+                                                              "hidden_states"}))
+    assert [s.name for s in usable] == ["msp"] and all("confide fit" in skipped[k]
+                                                       for k in kinds)
+    x, y, _ = _separable(rng, n=40, d=4)
+    records = _records(x, y)
+    model = fit(records, kind="probe", grader="contains", model=MODEL, layer="8:mean")
+    fresh = _records(x[:3], y[:3], prefix="new")
+    one_by_one = [run_scorer(SCORERS["probe"], r, fitted_context(model)) for r in fresh]
+    assert [why for _, why in one_by_one] == [None] * 3  # one row at a time: equal to a ulp
+    assert [v for v, _ in one_by_one] == pytest.approx([v for v, _ in model.predict(fresh)])
+    value, why = run_scorer(SCORERS["probe"], fresh[0])
+    assert math.isnan(value) and "no fitted model" in why
+
+
 def test_probe_without_hidden_states_is_nan_with_reason(rng):
     x, y, _ = _separable(rng, n=40, d=4)
     model = fit(_records(x, y), kind="probe", grader="contains", model=MODEL, layer="8:mean")
@@ -207,7 +250,7 @@ def test_normal_scores_equal_sklearn_quantile_transformer(rng):
     # ties, values beyond the training range and exactly at its ends
     from sklearn.preprocessing import QuantileTransformer
 
-    from confide.learned import _normal_scores
+    from confide.learned.estimators import normal_scores
 
     train = np.column_stack([rng.normal(size=300), rng.integers(0, 4, 300).astype(float),
                              np.exp(rng.normal(size=300))])
@@ -216,15 +259,15 @@ def test_normal_scores_equal_sklearn_quantile_transformer(rng):
     test = np.column_stack([rng.normal(scale=3, size=50), rng.integers(-1, 6, 50).astype(float),
                             np.exp(rng.normal(scale=2, size=50))])
     test[:3] = train.min(0), train.max(0), np.median(train, 0)
-    ours = _normal_scores(test, qt.quantiles_.T, qt.references_)
+    ours = normal_scores(test, qt.quantiles_.T, qt.references_)
     np.testing.assert_allclose(ours, qt.transform(test), atol=1e-12)
     # a constant input (a scorer that never varied in training) and infinities stay finite
     flat = QuantileTransformer(n_quantiles=10, output_distribution="normal",
                                subsample=None).fit(np.ones((20, 1)))
     odd = np.array([[1.0], [0.0], [2.0]])
-    np.testing.assert_allclose(_normal_scores(odd, flat.quantiles_.T, flat.references_),
+    np.testing.assert_allclose(normal_scores(odd, flat.quantiles_.T, flat.references_),
                                flat.transform(odd), atol=1e-12)
-    beyond = _normal_scores(np.array([[np.inf], [-np.inf]]), qt.quantiles_.T[:1],
+    beyond = normal_scores(np.array([[np.inf], [-np.inf]]), qt.quantiles_.T[:1],
                             qt.references_)  # sklearn refuses these; we clip them
     assert np.isfinite(beyond).all() and beyond[0, 0] > 5 > -5 > beyond[1, 0]
 
@@ -236,7 +279,7 @@ def test_combiner_file_predicts_what_the_sklearn_pipeline_predicts(rng):
     from sklearn.pipeline import make_pipeline, make_union
     from sklearn.preprocessing import QuantileTransformer, StandardScaler
 
-    from confide.learned import COMBINER_C, _non_negative_logistic
+    from confide.learned.estimators import COMBINER_C, non_negative_logistic
 
     n = 120
     y = (rng.random(n) < 0.4).astype(int)
@@ -251,7 +294,7 @@ def test_combiner_file_predicts_what_the_sklearn_pipeline_predicts(rng):
                                  QuantileTransformer(n_quantiles=n // 2, subsample=None,
                                                      output_distribution="normal")),
                    MissingIndicator(features="all")),
-        StandardScaler(), _non_negative_logistic()(C=COMBINER_C)).fit(x, y)
+        StandardScaler(), non_negative_logistic()(C=COMBINER_C)).fit(x, y)
     fresh = np.column_stack([np.exp(rng.normal(scale=2, size=30)), rng.normal(size=30)])
     fresh[::4, 0] = np.nan
     records = _records(np.zeros((30, 2)), np.zeros(30), scores={"a": fresh[:, 0],
@@ -264,7 +307,7 @@ def test_non_negative_logistic_is_sklearns_logistic_regression_within_its_bounds
     # columns: two confidences, then their two missing indicators (sign free)
     from sklearn.linear_model import LogisticRegression
 
-    from confide.learned import _non_negative_logistic
+    from confide.learned.estimators import non_negative_logistic
 
     n = 400
     y = (rng.random(n) < 0.4).astype(int)
@@ -274,7 +317,7 @@ def test_non_negative_logistic_is_sklearns_logistic_regression_within_its_bounds
     missing[:, 0] += y * (rng.random(n) < 0.3)  # the first indicator says "more likely right"
     missing = np.minimum(missing, 1.0)
     x = np.column_stack([good, inverted, -missing])  # indicators pushed negative on purpose
-    ours = _non_negative_logistic()(C=0.5).fit(x, y)
+    ours = non_negative_logistic()(C=0.5).fit(x, y)
     # the inverted input's weight is held at zero; the rest is the unbounded fit without it
     assert ours.coef_[0, 1] == 0.0
     keep = [0, 2, 3]
@@ -285,7 +328,7 @@ def test_non_negative_logistic_is_sklearns_logistic_regression_within_its_bounds
                                atol=1e-5)
     np.testing.assert_array_equal(ours.predict(x), ref.predict(x[:, keep]))
     # with no bound binding it is the unbounded fit
-    free = _non_negative_logistic()(C=0.5).fit(np.column_stack([good, -inverted, -missing]), y)
+    free = non_negative_logistic()(C=0.5).fit(np.column_stack([good, -inverted, -missing]), y)
     ref = LogisticRegression(C=0.5, tol=1e-10, max_iter=10_000).fit(
         np.column_stack([good, -inverted, -missing]), y)
     np.testing.assert_allclose(free.coef_[0], ref.coef_[0], atol=1e-4)
@@ -311,7 +354,7 @@ def test_combiner_file_without_quantiles_is_applied_as_it_was_fitted(rng):
     x = np.array([[0.5], [np.nan], [3.0]])
     z = np.array([[0.5, 0.0], [params["fill"][0], 1.0], [3.0, 0.0]])
     logit = ((z - params["mean"]) / params["scale"]) @ params["coef"] + params["intercept"]
-    np.testing.assert_allclose(_predict(params, x), 1 / (1 + np.exp(-logit)))
+    np.testing.assert_allclose(predict_params(params, x), 1 / (1 + np.exp(-logit)))
 
 
 def test_combiner_transfers_to_another_model(rng):
@@ -333,13 +376,13 @@ def test_boosting_export_matches_sklearn(rng):
     x = rng.normal(size=(150, 3))
     y = ((x[:, 0] + x[:, 1] ** 2) > 0.8).astype(int)
     x[::6, 1] = np.nan
-    params = _fit_boosting(x, y, seed=0)
+    params = fit_boosting(x, y, seed=0)
     ref = HistGradientBoostingClassifier(max_iter=100, learning_rate=0.05, max_leaf_nodes=8,
                                          min_samples_leaf=10, l2_regularization=1.0,
                                          early_stopping=False, random_state=0).fit(x, y)
     test = rng.normal(size=(40, 3))
     test[::4, 1] = np.nan
-    assert np.allclose(_predict_boosting(params, test), ref.predict_proba(test)[:, 1])
+    assert np.allclose(predict_boosting(params, test), ref.predict_proba(test)[:, 1])
 
 
 def test_combiner_boosting_reports_importances_and_round_trips(tmp_path, rng):

@@ -14,6 +14,10 @@ Three kinds, fitted on the pooled hidden states of a run's greedy answers
     The hybrid of LM-Polygraph's ``PPLMDSeq``: the mean of the answer's
     perplexity rank and Mahalanobis rank among held-out training answers.
 
+Each kind is a registered answer-level scorer (:mod:`confide.scorers.fitted`),
+applied through :func:`~confide.scorers.run_scorer` like every scorer: an
+empty answer gets NaN with the reason.
+
 They are unsupervised in their maths (no grade enters the Gaussian), but
 fitting works like :mod:`confide.learned`: the layer is chosen by
 cross-validated AUROC when ``layer="best"``, each training record gets an
@@ -116,7 +120,7 @@ class Density(Learned):
         assert self.layer is not None  # density models always carry a layer
         return _states(records, self.layer, self.kind)
 
-    def predict(self, records: Sequence[Record]) -> list[tuple[float, str | None]]:
+    def _scores(self, records: Sequence[Record]) -> list[tuple[float, str | None]]:
         x, why = self.features_of(records)
         out: list[tuple[float, str | None]] = [(math.nan, w) for w in why]
         ok = [i for i, w in enumerate(why) if w is None]

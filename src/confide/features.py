@@ -3,7 +3,7 @@ r"""Shared intermediates of the sampling-based scorers, computed once per record
 Several scorers need the same expensive things: the semantic clusters of a
 record's answers, the judge's affinity matrix between them, sentence
 embeddings. Each is computed through :meth:`ScoringContext.cached
-<confide.scorers.base.ScoringContext.cached>`, keyed by (item id, feature
+<confide.scoring_context.ScoringContext.cached>`, keyed by (item id, feature
 name), so within a run it is computed once per record however many scorers
 read it; and every pair judgment goes through the judge's own pair cache.
 
@@ -28,7 +28,7 @@ import numpy as np
 from confide.errors import CannotScore
 from confide.judges import ExactJudge, Judge
 from confide.records import Generation, Record
-from confide.scorers.base import ScoringContext
+from confide.scoring_context import ScoringContext
 
 __all__ = ["affinity", "answers", "clusters", "embeddings", "judge_of", "require_samples",
            "sample_logprobs"]

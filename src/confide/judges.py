@@ -38,8 +38,8 @@ judges this is exactly grouping by key. The greedy answer never shapes the
 samples' clusters (Kuhn et al., Farquhar et al. and confide's voting cluster
 the samples alone); scorers about the greedy answer place it among them with
 :meth:`Judge.place`, by the same first-member rule. This is the one clustering
-routine of the package: the scorers (:mod:`confide.features`), voting and the
-report all call it.
+routine of the package (:mod:`confide.clustering`, with :class:`Judge` itself):
+the scorers (:mod:`confide.features`), voting and the report all call it.
 
 An empty answer (only whitespace) is no answer: it is equivalent to no answer,
 not even another empty one, and its affinity to every other answer is 0 (1 to
@@ -55,15 +55,13 @@ language models using semantic entropy", Nature 630.
 from __future__ import annotations
 
 import functools
-from abc import ABC
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
-from confide.backends import load_backend
+from confide.backends import HasChatTemplate, HasConfig, load_backend
 from confide.backends.binary import NO, YES, two_way_probabilities
+from confide.clustering import Decision, Judge, question_of
 from confide.errors import InvalidInputError, ModelLoadError
 from confide.records import Item
 from confide.registry import Registry
@@ -78,202 +76,6 @@ from confide.text import (
 
 __all__ = ["JUDGES", "AstJudge", "Decision", "EmbeddingJudge", "ExactJudge", "Judge",
            "LLMJudge", "NLIJudge", "NumericJudge", "default_judge", "make_judge"]
-
-
-@dataclass(frozen=True)
-class Decision:
-    """A judge's verdict on one unordered pair of answers.
-
-    ``equivalent``: same meaning (drives the clusters). ``affinity``: symmetric
-    similarity in [0, 1] (drives the graph scorers); 1 for equal keys.
-    """
-
-    equivalent: bool
-    affinity: float
-
-
-def _question(item: Item | None) -> str:
-    return item.question if item is not None else ""
-
-
-class Judge(ABC):
-    """One interface for every equivalence judge.
-
-    Subclasses define :meth:`key` (normalised form; equal keys are always
-    equivalent) and either set ``by_key = True`` (distinct keys are never
-    equivalent) or implement :meth:`_judge` (a batch of distinct key pairs →
-    decisions, symmetric in each pair).
-    """
-
-    name: ClassVar[str]
-    by_key: ClassVar[bool] = False
-    uses_question: ClassVar[bool] = False  # decisions depend on the question (cache by it)
-    directions: ClassVar[int] = 1          # judgments made per unordered pair
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self._cache: dict[tuple[str, str, str], Decision] = {}
-
-    # -- what subclasses provide -------------------------------------------------
-
-    def key(self, text: str, item: Item | None = None) -> str:
-        """The normalised form of an answer: whitespace collapsed."""
-        return collapse_whitespace(text)
-
-    def _judge(self, pairs: list[tuple[str, str]], item: Item | None) -> list[Decision]:
-        raise NotImplementedError  # pragma: no cover - key judges never get here
-
-    def config(self) -> dict[str, Any]:
-        """JSON-safe identity of the judge (what determines its decisions)."""
-        return {"judge": self.name}
-
-    # -- shared machinery --------------------------------------------------------
-
-    def decide(self, a: str, b: str, item: Item | None = None) -> Decision:
-        """The decision for one pair of answers (raw texts); an empty answer matches nothing."""
-        if _is_empty(a) or _is_empty(b):
-            return Decision(False, 0.0)
-        ka, kb = self.key(a, item), self.key(b, item)
-        return self._decisions([(ka, kb)], item)[0]
-
-    def _decisions(self, pairs: Sequence[tuple[str, str]], item: Item | None) -> list[Decision]:
-        context = _question(item) if self.uses_question else ""
-        out: list[Decision | None] = []
-        missing: dict[tuple[str, str], None] = {}
-        for ka, kb in pairs:
-            if ka == kb:
-                out.append(Decision(True, 1.0))
-                continue
-            if self.by_key:
-                out.append(Decision(False, 0.0))
-                continue
-            lo, hi = _sorted_pair(ka, kb)
-            hit = self._cache.get((context, lo, hi))
-            out.append(hit)
-            if hit is None:
-                missing[(lo, hi)] = None
-        if missing:
-            todo = list(missing)
-            decided = self._judge(todo, item)
-            if len(decided) != len(todo):
-                raise RuntimeError(f"judge {self.name} returned {len(decided)} decisions "
-                                   f"for {len(todo)} pairs")  # a bug in the judge, not input
-            self.calls += self.directions * len(todo)
-            for pair, decision in zip(todo, decided):
-                self._cache[(context, *pair)] = decision
-            out = [d if d is not None else self._cache[(context, *_sorted_pair(ka, kb))]
-                   for d, (ka, kb) in zip(out, pairs)]
-        return out  # type: ignore[return-value]
-
-    def _unique(self, texts: Sequence[str], item: Item | None
-                ) -> tuple[list[str | None], np.ndarray]:
-        """Unique keys (``None``: an empty answer, one entry each) and each text's index."""
-        unique: list[str | None] = []
-        index: dict[str, int] = {}
-        inverse = np.empty(len(texts), dtype=np.intp)
-        for n, text in enumerate(texts):
-            if _is_empty(text):
-                inverse[n] = len(unique)
-                unique.append(None)
-                continue
-            k = self.key(text, item)
-            if k not in index:
-                index[k] = len(unique)
-                unique.append(k)
-            inverse[n] = index[k]
-        return unique, inverse
-
-    def _pair_table(self, unique: list[str | None], item: Item | None
-                    ) -> tuple[np.ndarray, np.ndarray]:
-        u = len(unique)
-        equivalent = np.eye(u, dtype=bool)
-        affinity = np.eye(u, dtype=np.float64)
-        if self.by_key:
-            return equivalent, affinity
-        pairs = [(i, j) for i in range(u) for j in range(i + 1, u)
-                 if unique[i] is not None and unique[j] is not None]
-        if not pairs:
-            return equivalent, affinity
-        decided = self._decisions([(unique[i], unique[j]) for i, j in pairs], item)  # type: ignore[misc]
-        for (i, j), d in zip(pairs, decided):
-            equivalent[i, j] = equivalent[j, i] = d.equivalent
-            affinity[i, j] = affinity[j, i] = d.affinity
-        return equivalent, affinity
-
-    def clusters(self, texts: Sequence[str], item: Item | None = None) -> np.ndarray:
-        """Cluster label of each answer (0, 1, ... in order of first appearance).
-
-        Each unique answer joins the first cluster whose first member it is
-        equivalent to (Kuhn et al., 2023), else opens a new one. Pass the
-        samples alone; place the greedy answer with :meth:`place`.
-
-        >>> ExactJudge().clusters(["Paris.", "paris", "Lyon", "The Paris"]).tolist()
-        [0, 0, 1, 0]
-        >>> ExactJudge().clusters(["", "Lyon", " "]).tolist()  # empty answers match nothing
-        [0, 1, 2]
-        """
-        unique, inverse = self._unique(texts, item)
-        equivalent, _ = self._pair_table(unique, item)
-        representatives: list[int] = []
-        label_of = np.empty(len(unique), dtype=np.intp)
-        for i in range(len(unique)):
-            for c, r in enumerate(representatives):
-                if equivalent[i, r]:
-                    label_of[i] = c
-                    break
-            else:
-                label_of[i] = len(representatives)
-                representatives.append(i)
-        return label_of[inverse]
-
-    def place(self, answer: str, texts: Sequence[str], item: Item | None = None,
-              labels: np.ndarray | None = None) -> int:
-        """The label of ``answer`` among the clusters of ``texts`` (:meth:`clusters`).
-
-        It joins the first cluster whose first member it is equivalent to, the
-        rule that built the clusters; if none, it gets the next unused label.
-        ``labels``: the clusters of ``texts`` if already computed. The answer
-        does not change the clusters of ``texts``.
-
-        >>> ExactJudge().place("paris", ["Lyon", "Paris.", "lyon"])
-        1
-        >>> ExactJudge().place("Nice", ["Lyon", "Paris."])
-        2
-        """
-        if labels is None:
-            labels = self.clusters(texts, item)
-        labels = np.asarray(labels, dtype=np.intp)
-        new = int(labels.max()) + 1 if labels.size else 0
-        if _is_empty(answer):
-            return new
-        first = {int(lab): n for n, lab in reversed(list(enumerate(labels.tolist())))}
-        reps = [(lab, texts[n]) for lab, n in sorted(first.items()) if not _is_empty(texts[n])]
-        if not reps:
-            return new
-        key = self.key(answer, item)
-        decided = self._decisions([(key, self.key(t, item)) for _, t in reps], item)
-        for (lab, _), d in zip(reps, decided):
-            if d.equivalent:
-                return lab
-        return new
-
-    def affinity(self, texts: Sequence[str], item: Item | None = None) -> np.ndarray:
-        """Symmetric affinity matrix :math:`W \\in [0, 1]^{n \\times n}`, ones on the diagonal.
-
-        >>> ExactJudge().affinity(["a", "A", "b"]).tolist()
-        [[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
-        """
-        unique, inverse = self._unique(texts, item)
-        _, affinity = self._pair_table(unique, item)
-        return affinity[np.ix_(inverse, inverse)]
-
-
-def _is_empty(text: str) -> bool:
-    return not text.strip()
-
-
-def _sorted_pair(a: str, b: str) -> tuple[str, str]:
-    return (a, b) if a < b else (b, a)
 
 
 JUDGES: Registry[type[Judge]] = Registry("judge")
@@ -510,7 +312,7 @@ class NLIJudge(Judge):
         import torch
 
         tokenizer, net, entail = _load_nli(self.model)
-        q = _question(item)
+        q = question_of(item)
         premise = [f"{q} {a}".strip() for a, _ in pairs] + [f"{q} {b}".strip() for _, b in pairs]
         hypothesis = [f"{q} {b}".strip() for _, b in pairs] + [f"{q} {a}".strip()
                                                                 for a, _ in pairs]
@@ -583,12 +385,12 @@ class LLMJudge(Judge):
     def prompt_for(self, question: str, a: str, b: str) -> Any:
         """The question asking whether answer ``a`` entails answer ``b``."""
         text = self.prompt.format(question=question, a=a or "(empty)", b=b or "(empty)")
-        if getattr(self.backend, "has_chat_template", False):
+        if isinstance(self.backend, HasChatTemplate) and self.backend.has_chat_template:
             return [{"role": "user", "content": text}]
         return text + "\nReply:"
 
     def _judge(self, pairs: list[tuple[str, str]], item: Item | None) -> list[Decision]:
-        q = _question(item)
+        q = question_of(item)
         prompts = ([self.prompt_for(q, a, b) for a, b in pairs]
                    + [self.prompt_for(q, b, a) for a, b in pairs])
         yes = two_way_probabilities(self.backend, prompts, YES, NO, top_k=10)
@@ -596,7 +398,7 @@ class LLMJudge(Judge):
         return _entailment_decisions(yes[:n], yes[n:])
 
     def config(self) -> dict[str, Any]:
-        identity: Callable[[], dict[str, Any]] | None = getattr(self.backend, "config", None)
-        return {"judge": self.name, "backend": identity() if identity else None,
+        identity = self.backend.config() if isinstance(self.backend, HasConfig) else None
+        return {"judge": self.name, "backend": identity,
                 "prompt": self.prompt}
 

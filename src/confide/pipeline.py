@@ -24,7 +24,7 @@ from confide.backends.base import Backend, GenerationResult, GenerationSpec
 from confide.errors import BackendError, InvalidInputError
 from confide.grading import GRADERS, grade
 from confide.records import Item, Record
-from confide.scorers import SCORERS, Need, ScorerSpec, ScoringContext, run_scorer
+from confide.scorers import Need, ScorerSpec, ScoringContext, run_scorer, scorer_at
 from confide.tasks import Task
 
 __all__ = ["DEFAULT_SCORERS", "GenerationFailed", "Pipeline", "check_question", "grade_record",
@@ -50,17 +50,26 @@ def check_question(item: Item) -> None:
 
 def plan_scorers(names: Sequence[str], capabilities: frozenset[str]
                  ) -> tuple[list[ScorerSpec], dict[str, str]]:
-    """Split chosen scorers into those the backend can feed and those skipped (with why).
+    """Split chosen answer-level scorers into those the backend can feed and those skipped
+    (with why).
 
-    Unknown names raise :class:`~confide.errors.UnknownNameError`.
+    A name that is not an answer-level scorer raises
+    :class:`~confide.errors.UnknownNameError`; for a claim-level scorer the message says
+    so (those go to the claim stage). A fitted kind (needs ``training``) is skipped: it is
+    fitted on the graded run afterwards (``confide fit``) and applied with
+    ``confide eval --with``.
     """
     usable, skipped = [], {}
     for name in names:
-        spec = SCORERS[name]
+        spec = scorer_at(name, "answer")
         missing = sorted(n.value for n in spec.needs
                          if n.value not in capabilities and n is not Need.TRAINING)
-        if missing:
-            skipped[name] = f"backend cannot give {', '.join(missing)}"
+        why = [f"backend cannot give {', '.join(missing)}"] if missing else []
+        if Need.TRAINING in spec.needs:
+            why.append(f"fitted on a graded run afterwards (confide fit RUN --kind {name}; "
+                       "confide eval RUN --with FILE)")
+        if why:
+            skipped[name] = "; ".join(why)
         else:
             usable.append(spec)
     return usable, skipped

@@ -1,7 +1,7 @@
 """The contract every registered claim scorer obeys (as tests/test_contract.py for scorers).
 
-Parametrised over :data:`~confide.claims.CLAIM_SCORERS`, so a new claim scorer
-is covered without writing a test. Records come from real long answers of the
+Parametrised over the claim-level scorers of :data:`~confide.scorers.SCORERS`, so a
+new claim scorer is covered without writing a test. Records come from real long answers of the
 bundled model (greedy and samples with every token statistic of ``hf``), the
 scorers asking the model get the same real backend and the claim scorers
 reading the samples the ``exact`` judge. For every scorer and every case:
@@ -24,12 +24,12 @@ import numpy as np
 import pytest
 
 from confide.backends.base import GenerationSpec
-from confide.claims import CLAIM_SCORERS, run_claim_scorer, split_claims
+from confide.claims import split_claims
 from confide.judges import ExactJudge
 from confide.records import Generation, Record
-from confide.scorers import Need, ScoringContext
+from confide.scorers import SCORERS, Need, ScoringContext, run_scorer, scorers_at
 
-NAMES = sorted(CLAIM_SCORERS)
+NAMES = [spec.name for spec in scorers_at("claim")]
 CASES = ["real", "identical", "all_empty", "no_tokens", "non_finite"]
 
 
@@ -84,7 +84,7 @@ def score(hf_model):
         if key is not None and (name, key) in memo:
             return memo[name, key]
         ctx = ScoringContext(backend=hf_model, judge=ExactJudge(), options={"seed": 0})
-        out = run_claim_scorer(CLAIM_SCORERS[name], record, record.claims, ctx)
+        out = run_scorer(SCORERS[name], record, ctx, claims=record.claims)
         if key is not None:
             memo[name, key] = out
         return out
@@ -93,7 +93,7 @@ def score(hf_model):
 
 
 def _reads_tokens(name: str) -> bool:
-    return bool(CLAIM_SCORERS[name].needs & {Need.TOKEN_LOGPROBS, Need.TOKEN_ENTROPIES,
+    return bool(SCORERS[name].needs & {Need.TOKEN_LOGPROBS, Need.TOKEN_ENTROPIES,
                                              Need.FULL_DISTRIBUTION})
 
 
@@ -140,7 +140,7 @@ def test_empty_samples_never_support_more_than_identical_samples(name, records, 
     for (e, _), (i, _) in zip(empty, identical):
         if math.isnan(e):
             continue
-        if Need.SAMPLES in CLAIM_SCORERS[name].needs:
+        if Need.SAMPLES in SCORERS[name].needs:
             assert e < i, (name, e, i)
         else:
             assert e <= i + 1e-12
@@ -155,5 +155,5 @@ def test_an_empty_answer_has_no_claims_to_score(name, long_answer, score):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_claim_scorer_has_formula_and_reference(name):
-    doc = CLAIM_SCORERS[name].fn.__doc__ or ""
+    doc = SCORERS[name].fn.__doc__ or ""
     assert ".. math::" in doc and "References" in doc

@@ -8,9 +8,10 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from confide.claims import ANSWER_GRADE, CLAIM_SCORERS, ClaimConfig, add_claims
+from confide.claims import ANSWER_GRADE, ClaimConfig, add_claims
 from confide.cli import app
 from confide.errors import ConfigMismatch
+from confide.scorers import SCORERS
 from confide.store import RunStore
 from confide.tasks import load_task
 
@@ -126,7 +127,7 @@ def test_claim_config_refuses_unknown_names():
     with pytest.raises(InvalidInputError, match="refine_scorer"):
         ClaimConfig(scorers=("claim_support",), refine_scorer="claim_p_true")
     assert ClaimConfig(scorers=("claim_support",)).n_samples == \
-        CLAIM_SCORERS["claim_support"].n_samples
+        SCORERS["claim_support"].n_samples
 
 
 @pytest.mark.model

@@ -7,12 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from confide.claims import CLAIM_SCORERS, aggregate_claims, run_claim_scorer, split_claims
-from confide.claims.scorers import claim_p_true_prompt
+from confide.claims import aggregate_claims, split_claims
 from confide.errors import CannotScore
 from confide.judges import ExactJudge
 from confide.records import Generation, Item, Record
-from confide.scorers import ScoringContext
+from confide.scorers import SCORERS, ScoringContext, run_scorer
+from confide.scorers.claims import claim_p_true_prompt
 
 TOKENS = ["Paris", " is", " big", ".", " Lyon", " is", " small", "."]
 LOGP = np.log([0.6, 0.9, 0.5, 0.8, 0.4, 0.9, 0.7, 0.95])
@@ -45,7 +45,7 @@ def _record(samples=()) -> Record:
 
 def _scores(name, record, ctx=None):
     ctx = ctx or ScoringContext(judge=ExactJudge())
-    return run_claim_scorer(CLAIM_SCORERS[name], record, record.claims, ctx)
+    return run_scorer(SCORERS[name], record, ctx, claims=record.claims)
 
 
 def test_claims_of_the_hand_record():
@@ -147,12 +147,69 @@ def test_aggregates_skip_nan_and_share_only_for_probabilities():
     assert all(math.isnan(v) for v in out.values()) and "claim_p_true.share" in out
 
 
-def test_run_claim_scorer_turns_cannot_score_into_reasons():
+def test_run_scorer_turns_a_claim_scorers_cannot_score_into_reasons():
     def broken(record, claims, ctx):
         raise CannotScore("not today")
 
-    spec = CLAIM_SCORERS["claim_mean_logprob"]
+    spec = SCORERS["claim_mean_logprob"]
     from dataclasses import replace
 
-    got = run_claim_scorer(replace(spec, fn=broken), _record(), _record().claims)
+    got = run_scorer(replace(spec, fn=broken), _record(), claims=_record().claims)
     assert got == [(got[0][0], "not today")] * 2 and math.isnan(got[0][0])
+
+
+def test_claim_scorers_sit_in_the_one_registry_at_claim_level():
+    from confide.scorers import scorers_at
+
+    claim_level = {s.name for s in scorers_at("claim")}
+    assert claim_level == {n for n in SCORERS if n.startswith("claim_")}
+    assert all(SCORERS[n].level == "claim" and SCORERS[n].family == "claims"
+               for n in claim_level)
+    assert not claim_level & {s.name for s in scorers_at("answer")}
+
+
+def test_an_empty_claim_gets_nan_with_the_reason_and_never_reaches_the_scorer():
+    from dataclasses import replace
+
+    from confide.records import Claim
+    from confide.scorers.base import EMPTY_CLAIM
+
+    seen = []
+
+    def spy(record, claims, ctx):
+        seen.extend(c.text for c in claims)
+        return [1.0] * len(claims)
+
+    record = _record()
+    claims = [record.claims[0], Claim(text="  ", start=13, end=15), record.claims[1]]
+    got = run_scorer(replace(SCORERS["claim_mean_logprob"], fn=spy), record, claims=claims)
+    assert got[0] == (1.0, None) and got[2] == (1.0, None)
+    assert math.isnan(got[1][0]) and got[1][1] == EMPTY_CLAIM
+    assert seen == ["Paris is big.", "Lyon is small."]
+
+
+def test_claims_of_an_empty_answer_get_nan_with_the_reason():
+    from confide.scorers.base import EMPTY_ANSWER
+
+    record = _record()
+    record.greedy = Generation(text=" ")
+    got = run_scorer(SCORERS["claim_support"], record, claims=record.claims)
+    assert len(got) == 2 and all(math.isnan(v) and why == EMPTY_ANSWER for v, why in got)
+
+
+def test_a_scorer_of_the_wrong_level_is_refused_naming_the_level():
+    from confide.claims import ClaimConfig
+    from confide.errors import UnknownNameError
+    from confide.pipeline import plan_scorers
+    from confide.scorers import scorer_at
+
+    with pytest.raises(UnknownNameError, match="'claim_support' is a claim-level scorer"):
+        plan_scorers(["msp", "claim_support"], frozenset({"samples"}))
+    with pytest.raises(UnknownNameError, match="'msp' is an answer-level scorer"):
+        ClaimConfig(scorers=("msp",))
+    with pytest.raises(UnknownNameError, match="Did you mean 'claim_support'"):
+        scorer_at("claim_suport", "claim")
+    with pytest.raises(TypeError, match="claim-level"):
+        run_scorer(SCORERS["claim_support"], _record())
+    with pytest.raises(TypeError, match="answer-level"):
+        run_scorer(SCORERS["msp"], _record(), claims=_record().claims)

@@ -12,8 +12,7 @@ from confide.judges import AstJudge, Decision, ExactJudge, Judge
 from confide.records import Generation, Item, Record
 from confide.scorers import SCORERS, ScoringContext, run_scorer
 from confide.scorers import semantic as sem
-from confide.metrics import semantic_calibration_error
-from confide.scorers.semantic import meaningful_spans
+from confide.scorers.semantic import meaningful_spans, semantic_calibration_error
 
 SEMANTIC = ["agreement", "num_sets", "semantic_entropy", "semantic_entropy_weighted", "eigv",
             "degree", "eccentricity", "kernel_language_entropy", "sar", "token_sar", "cocoa"]

@@ -7,9 +7,9 @@ done; the claim settings are stored with the run, and resuming with other
 settings is refused with the list of differences. Like grading again or adding
 a scorer, it never regenerates an answer.
 
-Per record: :func:`~confide.claims.split.split_claims`, every claim scorer
-(:func:`~confide.claims.scorers.run_claim_scorer`), the answer-level
-aggregates into ``record.scores`` (:func:`~confide.claims.scorers.aggregate_claims`),
+Per record: :func:`~confide.claims.split.split_claims`, every claim-level scorer
+(:func:`~confide.scorers.run_scorer` with the claims), the answer-level
+aggregates into ``record.scores`` (:func:`~confide.scorers.claims.aggregate_claims`),
 then the claim grades and the answer grade ``claims``
 (:func:`~confide.claims.grading.grade_claims`).
 """
@@ -23,19 +23,14 @@ from typing import Any
 
 from confide.backends import Backend, load_backend
 from confide.claims.grading import LABELS, grade_claims
-from confide.claims.scorers import (
-    CLAIM_SCORERS,
-    DEFAULT_CLAIM_SCORERS,
-    aggregate_claims,
-    run_claim_scorer,
-)
 from confide.claims.split import split_claims
 from confide.errors import ConfigMismatch, InvalidInputError
 from confide.grading import GRADERS
 from confide.judges import JUDGES, Judge, default_judge, make_judge
 from confide.options import check_choice, check_option
 from confide.records import Record
-from confide.scorers import ScoringContext
+from confide.scorers import ScoringContext, run_scorer, scorer_at
+from confide.scorers.claims import DEFAULT_CLAIM_SCORERS, aggregate_claims
 from confide.store import RunStore, config_differences
 
 __all__ = ["ClaimConfig", "ClaimOutcome", "add_claims", "claim_record"]
@@ -74,7 +69,7 @@ class ClaimConfig:
         if not self.scorers:
             raise InvalidInputError("name at least one claim scorer", field="claim_scorers")
         for name in (*self.scorers, *([self.refine_scorer] if self.refine_scorer else [])):
-            CLAIM_SCORERS[name]
+            scorer_at(name, "claim")
         if self.refine_scorer is not None and self.refine_scorer not in self.scorers:
             raise InvalidInputError(f"{self.refine_scorer!r} is not among the claim scorers",
                                     field="refine_scorer")
@@ -86,7 +81,7 @@ class ClaimConfig:
     @property
     def n_samples(self) -> int:
         """The most samples any of the claim scorers needs."""
-        return max(CLAIM_SCORERS[s].n_samples for s in self.scorers)
+        return max(scorer_at(s, "claim").n_samples for s in self.scorers)
 
     @property
     def scorer_for_refine(self) -> str:
@@ -113,7 +108,7 @@ def claim_record(record: Record, config: ClaimConfig, *, backend: Backend | None
                                  question=record.item.question)
     ctx = ScoringContext(backend=backend, judge=judge, options={"seed": seed})
     for name in config.scorers:
-        results = run_claim_scorer(CLAIM_SCORERS[name], record, record.claims, ctx)
+        results = run_scorer(scorer_at(name, "claim"), record, ctx, claims=record.claims)
         for claim, (value, reason) in zip(record.claims, results):
             claim.scores[name] = value
             if reason is not None:

@@ -63,8 +63,12 @@ binned metrics keep tied values in one bin. No result depends on record order.
 Also here: :func:`accuracy_at_fractions` and :func:`risk_coverage_curve`
 (tables and curves, not single numbers), :func:`reliability_diagram`,
 :func:`crossfit_probabilities` (K-fold calibration of raw scores, for the
-calibration metrics), :func:`bootstrap_interval`, :func:`paired_bootstrap` and
-:func:`semantic_calibration_error` (over records with samples).
+calibration metrics), :func:`bootstrap_interval` and :func:`paired_bootstrap`.
+
+Metrics take arrays, never records: this package imports nothing of confide
+but :mod:`confide.errors` and :mod:`confide.registry` (``tests/test_layers.py``
+checks it). The calibration error of the ``agreement`` scorer over records is
+:func:`confide.scorers.semantic.semantic_calibration_error`.
 """
 
 from __future__ import annotations
@@ -79,7 +83,6 @@ from confide.metrics.calibration import (
     mass_calibration_error,
     nll_loss,
     reliability_diagram,
-    semantic_calibration_error,
 )
 from confide.metrics.core import METRICS, MetricSpec, UndefinedMetricWarning, metric
 from confide.metrics.crossfit import (
@@ -142,6 +145,5 @@ __all__ = [
     "reliability_diagram",
     "risk_at_coverage",
     "risk_coverage_curve",
-    "semantic_calibration_error",
     "spearman_score",
 ]

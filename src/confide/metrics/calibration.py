@@ -2,17 +2,15 @@ r"""Calibration metrics: do probabilities match how often the answers are right?
 
 Expected calibration error (equal-width and equal-mass bins), adaptive
 calibration error, Brier score, log loss and the Behavioral Alignment Score,
-plus the reliability diagram that draws the ECE's bins, and the semantic
-calibration error of sampled answers. Each needs probabilities in [0, 1]:
+plus the reliability diagram that draws the ECE's bins. Each needs probabilities in [0, 1]:
 calibrate raw scores first with :func:`confide.metrics.crossfit.crossfit_probabilities`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -28,13 +26,9 @@ from confide.metrics.core import (
     metric,
 )
 
-if TYPE_CHECKING:
-    from confide.judges import Judge
-    from confide.records import Record
-
 __all__ = ["ReliabilityDiagram", "adaptive_calibration_error", "bas_score", "brier_loss",
            "calibration_error", "mass_calibration_error", "nll_loss", "reliability_diagram",
-           "semantic_calibration_error", "uniform_bins"]
+           "uniform_bins"]
 
 
 def _binned_gap(probability: FloatArray, correct: FloatArray, bins: NDArray[np.intp],
@@ -482,70 +476,3 @@ def reliability_diagram(probability: ArrayLike, correct: ArrayLike, *, n_bins: i
     return ReliabilityDiagram(lower=edges[:-1], upper=edges[1:],
                               centers=(edges[:-1] + edges[1:]) / 2,
                               mean_confidence=mean_conf, accuracy=accuracy, counts=counts)
-
-
-# ------------------------------------------------------------------ sampled answers
-
-
-def semantic_calibration_error(records: Sequence[Record], *, grader: str | None = None,
-                               judge: str | Judge = "exact", n_bins: int = 10,
-                               **judge_options: Any) -> float:
-    r"""Calibration error of the greedy answer's cluster frequency as P(correct).
-
-    .. math:: \hat p_n = \frac{1}{k}\sum_{i=1}^{k}\mathbb 1[s_{n,i} \in C(y^*_n)], \qquad
-              \mathrm{ECE} = \sum_{b=1}^{B} \frac{|S_b|}{N}\,
-              \Big|\overline{g}_{S_b} - \overline{\hat p}_{S_b}\Big|
-
-    :math:`\hat p_n` is the ``agreement`` scorer for record :math:`n` (clusters
-    from ``judge``) and :math:`g_n` its grade; the ECE is
-    :func:`calibration_error` with ``n_bins`` equal-width bins.
-
-    Parameters
-    ----------
-    records : stored records with samples and grades
-    grader : str, optional
-        Which stored grade to use; default: the only grader of the records.
-    judge : str or Judge, default "exact"
-    n_bins : int, default 10
-
-    Returns
-    -------
-    float in [0, 1]; lower is better.
-
-    Raises
-    ------
-    InvalidInputError
-        No records, a record without samples or without the grade, or an
-        ambiguous grader.
-
-    References
-    ----------
-    [1] Seed 000 / "Trained on Tokens, Calibrated on Concepts: The Emergence
-        of Semantic Calibration in LLMs" (semantic calibration of sampled
-        answers' cluster frequencies).
-    [2] Guo et al., 2017, "On Calibration of Modern Neural Networks", ICML (ECE).
-    """
-    # scorers sit below metrics; imported here so that importing metrics stays light
-    from confide.judges import Judge, make_judge
-    from confide.scorers.base import ScoringContext
-    from confide.scorers.semantic import agreement
-
-    if not records:
-        raise InvalidInputError("no records to measure", field="records")
-    if grader is None:
-        names = sorted({g for r in records for g in r.grades})
-        if len(names) != 1:
-            raise InvalidInputError(f"name one grader of {names}", field="grader")
-        grader = names[0]
-    judge_obj = judge if isinstance(judge, Judge) else make_judge(judge, **judge_options)
-    ctx = ScoringContext(judge=judge_obj)
-    probability, correct = [], []
-    for r in records:
-        if not r.samples:
-            raise InvalidInputError(f"record {r.item.id!r} has no samples", field="samples")
-        if grader not in r.grades:
-            raise InvalidInputError(f"record {r.item.id!r} has no {grader!r} grade",
-                                    field="grades")
-        probability.append(agreement(r, ctx))
-        correct.append(r.grades[grader])
-    return calibration_error(probability, correct, n_bins=n_bins)

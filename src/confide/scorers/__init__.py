@@ -1,14 +1,43 @@
-"""Confidence scorers. Importing this package registers every built-in scorer."""
+"""Confidence scorers. Importing this package registers every built-in scorer.
 
-from confide.scorers import whitebox, information, forward  # noqa: F401  (registers)
-from confide.scorers import sampling, semantic, consistency  # noqa: F401  (registers)
-from confide.scorers import reflexive, judged  # noqa: F401  (registers)
-from confide.scorers.base import SCORERS, Cost, Need, ScorerSpec, ScoringContext, run_scorer, scorer
+Answer-level scorers (one confidence per answer) and claim-level ones
+(:mod:`~confide.scorers.claims`, one per claim of a long answer) share one
+registry, :data:`SCORERS`; :func:`scorer_at` looks a name up at one level.
+The fitted kinds (:mod:`~confide.scorers.fitted`) are answer-level scorers
+that need a model fitted on a graded run.
+"""
 
-__all__ = ["FAMILIES", "SCORERS", "Cost", "Need", "ScorerSpec", "ScoringContext", "run_scorer",
-           "scorer"]
+from confide.scorers import (  # noqa: F401  (importing a family registers its scorers)
+    claims,
+    consistency,
+    fitted,
+    forward,
+    information,
+    judged,
+    reflexive,
+    sampling,
+    semantic,
+    whitebox,
+)
+from confide.scorers.base import (
+    LEVELS,
+    SCORERS,
+    Cost,
+    Level,
+    Need,
+    ScorerSpec,
+    ScoringContext,
+    run_scorer,
+    scorer,
+    scorer_at,
+    scorers_at,
+)
+
+__all__ = ["FAMILIES", "LEVELS", "SCORERS", "Cost", "Level", "Need", "ScorerSpec",
+           "ScoringContext", "run_scorer", "scorer", "scorer_at", "scorers_at"]
 
 # Scorer families (their modules) in listing order: one generation's token statistics,
-# then one more pass over that answer, then sampled answers, then extra questions to a model.
+# then one more pass over that answer, then sampled answers, then extra questions to a
+# model, then models fitted on a graded run; last the claim-level scorers.
 FAMILIES = ("whitebox", "information", "forward", "sampling", "semantic", "consistency",
-            "reflexive", "judged")
+            "reflexive", "judged", "fitted", "claims")

@@ -1,4 +1,4 @@
-"""Scorer registry: a scorer is a plain function plus one decorator.
+r"""Scorer registry: a scorer is a plain function plus one decorator.
 
 A scorer maps a :class:`~confide.records.Record` (and, when it asks for one, a
 :class:`ScoringContext` with shared cached features and the backend) to a
@@ -6,30 +6,50 @@ A scorer maps a :class:`~confide.records.Record` (and, when it asks for one, a
 cannot answer raises :class:`~confide.errors.CannotScore` with the reason; the
 runner stores NaN and keeps the reason. NaN is never read as "confident".
 
+Every scorer sits in the one registry :data:`SCORERS`, as a :class:`ScorerSpec`
+whose ``level`` says what it puts a confidence on:
+
+``"answer"`` (default)
+    ``fn(record)`` or ``fn(record, ctx) -> float``: one confidence per answer.
+    The fitted kinds (:mod:`confide.scorers.fitted`: probes, combiners,
+    densities) are answer-level scorers that need :attr:`Need.TRAINING`.
+``"claim"``
+    ``fn(record, claims, ctx)`` returns one entry per claim of a long answer
+    (:mod:`confide.scorers.claims`): a number, or a
+    :class:`~confide.errors.CannotScore` naming why that claim has none.
+
+Places that want one level look names up with :func:`scorer_at`, which names
+the level when a scorer of the other one is given.
+
 :func:`run_scorer`, the one way the package applies a scorer, enforces two
 rules for every scorer, registered now or later:
 
 * an empty greedy answer (:attr:`Generation.empty <confide.records.Generation.empty>`)
-  is no answer, so there is
-  nothing to put a confidence on: every scorer gives NaN with a reason;
+  is no answer, so there is nothing to put a confidence on: every scorer
+  gives NaN with a reason (a claim-level scorer, for every claim); a claim
+  whose text is empty is no claim, and gets NaN with a reason, the scorer
+  never seeing it;
 * a value that is not a finite number (NaN, :math:`\pm\infty`) is stored as
   NaN with a reason.
 """
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import math
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Literal, overload
 
-from confide.errors import CannotScore
-from confide.records import Record
+from confide.errors import CannotScore, UnknownNameError
+from confide.records import Claim, Record
 from confide.registry import Registry
+from confide.scoring_context import ScoringContext
 
-__all__ = ["EMPTY_ANSWER", "SCORERS", "Cost", "Need", "ScorerSpec", "ScoringContext", "scorer", "run_scorer"]
+__all__ = ["EMPTY_ANSWER", "EMPTY_CLAIM", "LEVELS", "SCORERS", "Cost", "Level", "Need",
+           "ScorerSpec", "ScoringContext", "run_scorer", "scorer", "scorer_at", "scorers_at"]
 
 
 class Need(str, Enum):
@@ -47,6 +67,7 @@ class Need(str, Enum):
     TRAINING = "training"                  # must be fitted on graded records first
     UNCONDITIONED = "unconditioned_logprobs"  # the answer scored again without the question
     ATTENTIONS = "attentions"              # attention weights of a pass over prompt + answer
+    CHOICE_LOGLIKELIHOODS = "choice_loglikelihoods"  # log p of each option (imported logs)
 
 
 class Cost(str, Enum):
@@ -57,31 +78,35 @@ class Cost(str, Enum):
     MODEL_CALLS = "model_calls"  # extra forward passes or generations
 
 
-@dataclass
-class ScoringContext:
-    """What scorers share within a run: a feature cache, the backend and options."""
-
-    backend: Any = None
-    judge: Any = None
-    features: dict[tuple[str, str], Any] = field(default_factory=dict)
-    options: dict[str, Any] = field(default_factory=dict)
-
-    def cached(self, record: Record, name: str, compute: Callable[[], Any]) -> Any:
-        key = (record.item.id, name)
-        if key not in self.features:
-            self.features[key] = compute()
-        return self.features[key]
+Level = Literal["answer", "claim"]
+LEVELS: tuple[Level, ...] = ("answer", "claim")
+# Where a scorer of each level is named, said in the error for a scorer of the wrong one.
+_WHERE = {"answer": "the run's scorers (confide run --scorers, RunConfig.scorers, the "
+                    "server's scorers)",
+          "claim": "the claim stage's scorers (ClaimConfig.scorers; confide run --long-form)"}
 
 
 @dataclass(frozen=True)
 class ScorerSpec:
+    """A registered scorer: its function and the facts the code acts on.
+
+    ``level``: ``"answer"`` (``fn(record)`` or ``fn(record, ctx)``, one float) or
+    ``"claim"`` (``fn(record, claims, ctx)``, one float or ``CannotScore`` per
+    claim). ``n_samples``: the sampled answers it wants (0: none).
+    ``probability``: its values are probabilities in [0, 1], so "the share at
+    or above 1/2" means something (:func:`~confide.scorers.claims.aggregate_claims`).
+    ``summary``: the first line of its docstring.
+    """
+
     name: str
-    fn: Callable[..., float]
+    fn: Callable[..., object]
     needs: frozenset[Need]
     cost: Cost
     n_samples: int = 0
     takes_context: bool = False
     summary: str = ""
+    level: Level = "answer"
+    probability: bool = False
 
     @property
     def family(self) -> str:
@@ -91,36 +116,142 @@ class ScorerSpec:
 
 SCORERS: Registry[ScorerSpec] = Registry("scorer")
 EMPTY_ANSWER = "empty answer: nothing to put a confidence on"
+EMPTY_CLAIM = "empty claim: nothing to put a confidence on"
+
+F = Callable[..., object]
 
 
-def scorer(name: str, *, needs: Iterable[Need] = (), cost: Cost = Cost.FREE,
-           n_samples: int = 0) -> Callable[[Callable[..., float]], Callable[..., float]]:
-    """Register ``fn`` as scorer ``name``; ``fn(record)`` or ``fn(record, ctx)``."""
+def scorer(name: str, *, level: Level = "answer", needs: Iterable[Need] = (),
+           cost: Cost = Cost.FREE, n_samples: int = 0, probability: bool = False
+           ) -> Callable[[F], F]:
+    """Register ``fn`` as scorer ``name`` of ``level``.
 
-    def decorate(fn: Callable[..., float]) -> Callable[..., float]:
-        takes_context = len(inspect.signature(fn).parameters) >= 2
+    An answer-level ``fn`` is ``fn(record)`` or ``fn(record, ctx)``; a
+    claim-level one is ``fn(record, claims, ctx)``. A duplicate name raises
+    ``ValueError``, as does an unknown level or a claim scorer of another shape.
+    """
+    if level not in LEVELS:
+        raise ValueError(f"scorer {name!r}: level must be one of {LEVELS}, not {level!r}")
+
+    def decorate(fn: F) -> F:
+        n_params = len(inspect.signature(fn).parameters)
+        if level == "claim" and n_params != 3:
+            raise ValueError(f"claim scorer {name!r} must take (record, claims, ctx)")
         doc = inspect.getdoc(fn) or ""
         SCORERS.add(name, ScorerSpec(name=name, fn=fn, needs=frozenset(needs), cost=cost,
-                                     n_samples=n_samples, takes_context=takes_context,
-                                     summary=doc.splitlines()[0] if doc else ""))
+                                     n_samples=n_samples, takes_context=n_params >= 2,
+                                     summary=doc.splitlines()[0] if doc else "",
+                                     level=level, probability=probability))
         return fn
 
     return decorate
 
 
-def run_scorer(spec: ScorerSpec, record: Record, ctx: ScoringContext | None = None
-               ) -> tuple[float, str | None]:
-    """Apply one scorer; return ``(confidence, None)`` or ``(nan, reason)``.
+def scorers_at(level: Level) -> list[ScorerSpec]:
+    """The registered scorers of ``level``, sorted by name."""
+    _check_level(level)
+    return [spec for spec in SCORERS.values() if spec.level == level]
 
-    An empty greedy answer and a non-finite value give ``(nan, reason)``.
+
+def scorer_at(name: str, level: Level = "answer") -> ScorerSpec:
+    """The registered scorer ``name``, which must be of ``level``.
+
+    Raises :class:`~confide.errors.UnknownNameError` for a name not registered
+    at that level: close names of the level are suggested, all of them listed,
+    and a scorer of the other level is named as such.
+
+    >>> scorer_at("msp").level
+    'answer'
     """
+    _check_level(level)
+    spec = SCORERS[name] if name in SCORERS else None
+    if spec is not None and spec.level == level:
+        return spec
+    known = [s.name for s in scorers_at(level)]
+    if spec is not None:
+        head = (f"scorer {name!r} is {_a(spec.level)}-level scorer, not {_a(level)}-level "
+                f"one: name it among {_WHERE[spec.level]}.")
+    else:
+        close = difflib.get_close_matches(str(name), known, n=3)
+        hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+        head = f"unknown {level}-level scorer {name!r}.{hint}"
+    raise UnknownNameError(f"{head} Known {level}-level scorers: {', '.join(known)}")
+
+
+def _a(level: str) -> str:
+    return f"an {level}" if level[0] in "aeiou" else f"a {level}"
+
+
+def _check_level(level: str) -> None:
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {LEVELS}, not {level!r}")
+
+
+@overload
+def run_scorer(spec: ScorerSpec, record: Record, ctx: ScoringContext | None = None, *,
+               claims: None = None) -> tuple[float, str | None]: ...
+
+
+@overload
+def run_scorer(spec: ScorerSpec, record: Record, ctx: ScoringContext | None = None, *,
+               claims: Sequence[Claim]) -> list[tuple[float, str | None]]: ...
+
+
+def run_scorer(spec: ScorerSpec, record: Record, ctx: ScoringContext | None = None, *,
+               claims: Sequence[Claim] | None = None
+               ) -> tuple[float, str | None] | list[tuple[float, str | None]]:
+    """Apply one scorer: ``(confidence, None)`` or ``(nan, reason)``.
+
+    An answer-level scorer gives one pair; a claim-level scorer is given the
+    record's ``claims`` and gives one pair per claim, in order. An empty greedy
+    answer, an empty claim and a non-finite value give ``(nan, reason)``; so
+    does a :class:`~confide.errors.CannotScore`, for the record (every claim)
+    or for one claim.
+
+    Raises ``TypeError`` when ``claims`` are given to an answer-level scorer
+    or missing for a claim-level one (a bug in the caller).
+    """
+    if (claims is not None) != (spec.level == "claim"):
+        raise TypeError(f"scorer {spec.name!r} is {spec.level}-level: "
+                        + ("pass the record's claims" if spec.level == "claim"
+                           else "it takes no claims"))
+    ctx = ctx or ScoringContext()
+    if claims is not None:
+        return _run_claims(spec, record, list(claims), ctx)
     if record.greedy.empty:
         return math.nan, EMPTY_ANSWER
     try:
-        value = spec.fn(record, ctx or ScoringContext()) if spec.takes_context else spec.fn(record)
+        value = spec.fn(record, ctx) if spec.takes_context else spec.fn(record)
     except CannotScore as exc:
         return math.nan, exc.reason
-    value = float(value)
-    if not math.isfinite(value):
-        return math.nan, f"scorer returned {value} (not a finite number)"
-    return value, None
+    return _finite(value)
+
+
+def _finite(value: object) -> tuple[float, str | None]:
+    number = float(value)  # type: ignore[arg-type]  # a scorer returns a real number
+    if not math.isfinite(number):
+        return math.nan, f"scorer returned {number} (not a finite number)"
+    return number, None
+
+
+def _run_claims(spec: ScorerSpec, record: Record, claims: list[Claim], ctx: ScoringContext
+                ) -> list[tuple[float, str | None]]:
+    if record.greedy.empty:
+        return [(math.nan, EMPTY_ANSWER)] * len(claims)
+    out: list[tuple[float, str | None]] = [(math.nan, EMPTY_CLAIM)] * len(claims)
+    keep = [i for i, c in enumerate(claims) if c.text.strip()]
+    if not keep:
+        return out
+    try:
+        result = spec.fn(record, [claims[i] for i in keep], ctx)
+        values = list(result)  # type: ignore[call-overload]  # a claim scorer gives a sequence
+    except CannotScore as exc:
+        for i in keep:
+            out[i] = (math.nan, exc.reason)
+        return out
+    if len(values) != len(keep):  # a bug in the scorer, not the input
+        raise RuntimeError(f"claim scorer {spec.name} gave {len(values)} values for "
+                           f"{len(keep)} claims")
+    for i, value in zip(keep, values, strict=True):
+        out[i] = (math.nan, value.reason) if isinstance(value, CannotScore) else _finite(value)
+    return out

@@ -17,15 +17,12 @@ measures are negated so that higher = more likely correct.
 
 from __future__ import annotations
 
-import ast
-import re
-import warnings
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from confide.errors import CannotScore
+from confide.errors import CannotScore, InvalidInputError
 from confide.features import (
     affinity,
     answers,
@@ -34,11 +31,15 @@ from confide.features import (
     require_samples,
     sample_logprobs,
 )
+from confide.judges import Judge, make_judge
+from confide.metrics.calibration import calibration_error
 from confide.records import Generation, Record
 from confide.scorers.base import Cost, Need, ScoringContext, scorer
+from confide.scorers.spans import meaningful_spans
 
 __all__ = ["ECC_EIGENVALUE_THRESHOLD", "KLE_TIME", "MARS_TEMPERATURE", "SAR_TEMPERATURE",
-           "mars_value", "meaningful_spans", "removal_relevance", "word_units"]
+           "mars_value", "meaningful_spans", "removal_relevance", "semantic_calibration_error",
+           "word_units"]
 
 DEFAULT_SAMPLES = 10
 ECC_EIGENVALUE_THRESHOLD = 0.9  # Lin et al. (2024): eigenvectors with eigenvalue below this
@@ -67,7 +68,7 @@ def agreement(record: Record, ctx: ScoringContext) -> float:
     .. math:: c = \frac{1}{k}\sum_{i=1}^{k} \mathbb{1}\big[s_i \in C(y^*)\big]
 
     In [0, 1]; a probability-like confidence (see
-    :func:`confide.metrics.semantic_calibration_error`). The samples are clustered
+    :func:`semantic_calibration_error`). The samples are clustered
     alone and the greedy answer placed among their clusters; needs two samples or more.
 
     References: [1] Wang et al., 2023, "Self-Consistency Improves Chain of
@@ -468,113 +469,6 @@ def mars(record: Record, ctx: ScoringContext) -> float:
 # function calling
 
 
-def _char_offsets(text: str) -> list[int]:
-    starts = [0]
-    for line in text.splitlines(keepends=True):
-        starts.append(starts[-1] + len(line))
-    return starts
-
-
-def _to_char(text: str, starts: list[int], lineno: int, byte_col: int) -> int:
-    line_start = starts[lineno - 1]
-    line = text[line_start:starts[lineno] if lineno < len(starts) else len(text)]
-    return line_start + len(line.encode("utf-8")[:byte_col].decode("utf-8", errors="ignore"))
-
-
-def _leaf_spans(node: ast.AST, span: Any) -> Iterable[tuple[int, int]]:
-    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-        for elt in node.elts:
-            yield from _leaf_spans(elt, span)
-    elif isinstance(node, ast.Dict):
-        for value in node.values:  # keys of nested objects are names, not values
-            if value is not None:
-                yield from _leaf_spans(value, span)
-    elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-        start, end = span(node)
-        yield start + 1, end - 1  # without the quotes
-    else:
-        yield span(node)
-
-
-def _calls_spans(tree: ast.Expression, span: Any) -> list[tuple[int, int]]:
-    body = tree.body
-    elements = body.elts if isinstance(body, (ast.List, ast.Tuple)) else [body]
-    out: list[tuple[int, int]] = []
-    for el in elements:
-        if isinstance(el, ast.Call):
-            out.append(span(el.func))
-            for arg in [*el.args, *(kw.value for kw in el.keywords)]:
-                out.extend(_leaf_spans(arg, span))
-        elif isinstance(el, ast.Dict):
-            fields = {k.value: v for k, v in zip(el.keys, el.values)
-                      if isinstance(k, ast.Constant) and isinstance(k.value, str)}
-            name = fields.get("name")
-            if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
-                return []
-            out.extend(_leaf_spans(name, span))
-            args = next((fields[k] for k in ("arguments", "parameters", "args") if k in fields),
-                        None)
-            if isinstance(args, ast.Dict):
-                for value in args.values:
-                    out.extend(_leaf_spans(value, span))
-            elif args is not None:
-                out.extend(_leaf_spans(args, span))
-        else:
-            return []
-    return out
-
-
-_FENCE = re.compile(r"```[\w-]*[ \t]*\n?(.*?)```", re.S)
-
-
-def meaningful_spans(text: str) -> list[tuple[int, int]] | None:
-    """Character spans of the function names and argument values of the calls in ``text``.
-
-    JSON (``[{"name": f, "arguments": {...}}]``) or Python call syntax
-    (``f(a=1)``), inside a code fence or not. String values are spanned
-    without their quotes; argument names, keys and punctuation are left out.
-    ``None`` if no call parses.
-
-    >>> text = '[{"name": "area", "arguments": {"r": 2}}]'
-    >>> [text[a:b] for a, b in meaningful_spans(text)]
-    ['area', '2']
-    >>> text = "f(x='a b', y=[1, -2])"
-    >>> [text[a:b] for a, b in meaningful_spans(text)]
-    ['f', 'a b', '1', '-2']
-    """
-    candidates = [(m.start(1), m.group(1)) for m in _FENCE.finditer(text)] + [(0, text)]
-    begin = min((i for i in (text.find("["), text.find("{")) if i >= 0), default=-1)
-    end = max(text.rfind("]"), text.rfind("}"))
-    if 0 <= begin < end:
-        candidates.append((begin, text[begin:end + 1]))
-    for offset, cand in candidates:
-        lead = len(cand) - len(cand.lstrip())
-        body = cand.strip()
-        if not body:
-            continue
-        source = re.sub(r"\btrue\b|\bfalse\b|\bnull\b", lambda m: {
-            "true": "True", "false": "False", "null": "None"}[m.group()], body)
-        if len(source) != len(body):  # pragma: no cover - replacements keep lengths
-            continue
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", SyntaxWarning)  # JSON escapes like "\/"
-                tree = ast.parse(source, mode="eval")
-        except SyntaxError:
-            continue
-        starts = _char_offsets(body)
-
-        def span(node: Any, body: str = body, starts: list[int] = starts,
-                 base: int = offset + lead) -> tuple[int, int]:
-            return (base + _to_char(body, starts, node.lineno, node.col_offset),
-                    base + _to_char(body, starts, node.end_lineno, node.end_col_offset))
-
-        spans = _calls_spans(tree, span)
-        if spans:
-            return spans
-    return None
-
-
 @scorer("meaningful_logprob", needs={Need.TOKEN_LOGPROBS})
 def meaningful_logprob(record: Record) -> float:
     r"""Mean log-probability over the tokens that carry a function call's meaning.
@@ -607,3 +501,67 @@ def meaningful_logprob(record: Record) -> float:
     if not keep.any():
         raise CannotScore("the function call has no name or value tokens")
     return float(logp[keep].mean())
+
+
+# ---------------------------------------------------------------------------
+# calibration of the agreement
+
+
+def semantic_calibration_error(records: Sequence[Record], *, grader: str | None = None,
+                               judge: str | Judge = "exact", n_bins: int = 10,
+                               **judge_options: Any) -> float:
+    r"""Calibration error of the greedy answer's cluster frequency as P(correct).
+
+    .. math:: \hat p_n = \frac{1}{k}\sum_{i=1}^{k}\mathbb 1[s_{n,i} \in C(y^*_n)], \qquad
+              \mathrm{ECE} = \sum_{b=1}^{B} \frac{|S_b|}{N}\,
+              \Big|\overline{g}_{S_b} - \overline{\hat p}_{S_b}\Big|
+
+    :math:`\hat p_n` is the ``agreement`` scorer for record :math:`n` (clusters
+    from ``judge``) and :math:`g_n` its grade; the ECE is
+    :func:`~confide.metrics.calibration_error` with ``n_bins`` equal-width bins.
+    (Here beside the scorer, not in :mod:`confide.metrics`, which takes arrays only.)
+
+    Parameters
+    ----------
+    records : stored records with samples and grades
+    grader : str, optional
+        Which stored grade to use; default: the only grader of the records.
+    judge : str or Judge, default "exact"
+    n_bins : int, default 10
+
+    Returns
+    -------
+    float in [0, 1]; lower is better.
+
+    Raises
+    ------
+    InvalidInputError
+        No records, a record without samples or without the grade, or an
+        ambiguous grader.
+
+    References
+    ----------
+    [1] Seed 000 / "Trained on Tokens, Calibrated on Concepts: The Emergence
+        of Semantic Calibration in LLMs" (semantic calibration of sampled
+        answers' cluster frequencies).
+    [2] Guo et al., 2017, "On Calibration of Modern Neural Networks", ICML (ECE).
+    """
+    if not records:
+        raise InvalidInputError("no records to measure", field="records")
+    if grader is None:
+        names = sorted({g for r in records for g in r.grades})
+        if len(names) != 1:
+            raise InvalidInputError(f"name one grader of {names}", field="grader")
+        grader = names[0]
+    judge_obj = judge if isinstance(judge, Judge) else make_judge(judge, **judge_options)
+    ctx = ScoringContext(judge=judge_obj)
+    probability, correct = [], []
+    for r in records:
+        if not r.samples:
+            raise InvalidInputError(f"record {r.item.id!r} has no samples", field="samples")
+        if grader not in r.grades:
+            raise InvalidInputError(f"record {r.item.id!r} has no {grader!r} grade",
+                                    field="grades")
+        probability.append(agreement(r, ctx))
+        correct.append(r.grades[grader])
+    return calibration_error(probability, correct, n_bins=n_bins)

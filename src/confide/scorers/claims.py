@@ -1,37 +1,36 @@
-r"""Claim scorers: one confidence per claim of a long answer (higher = more likely true).
+r"""Claim-level scorers: one confidence per claim of a long answer (higher = more likely true).
 
-A claim scorer is a plain function plus the :func:`claim_scorer` decorator,
-registered in :data:`CLAIM_SCORERS` (its own kind, apart from the answer-level
-:data:`~confide.scorers.SCORERS`). It takes the record, its claims and a
-:class:`~confide.scorers.ScoringContext` and returns one entry per claim: a
-number, or a :class:`~confide.errors.CannotScore` naming why that claim has
-none. :func:`run_claim_scorer`, the one way the package applies a claim
-scorer, stores NaN with the reason for such a claim, and for a value that is
-not a finite number; a scorer that cannot score the record at all raises
-:class:`~confide.errors.CannotScore` and every claim gets NaN with that
-reason. An empty answer has no claims.
+Each is a plain function ``fn(record, claims, ctx)`` registered in the one
+:data:`~confide.scorers.SCORERS` with ``level="claim"``
+(:func:`~confide.scorers.base.scorer`), and applied through the one
+:func:`~confide.scorers.base.run_scorer` (``claims=``): it returns one entry
+per claim, a number or a :class:`~confide.errors.CannotScore` naming why that
+claim has none, and is stored as NaN with the reason for such a claim and for
+a value that is not a finite number; a scorer that cannot score the record at
+all raises :class:`~confide.errors.CannotScore` and every claim gets NaN with
+that reason. An empty answer has no claims, and a claim with empty text gets
+NaN with the reason without reaching the scorer. The claim stage of a run is
+:mod:`confide.claims.run`.
 
 Notation: a claim :math:`C` covers the answer tokens :math:`t \in C`
 (:func:`~confide.claims.split.split_claims`); :math:`p_t` is the model's
 next-token distribution at step :math:`t` and :math:`y_t` the chosen token.
 
-=====================  ======================================================
-``claim_mean_logprob``  mean log-probability of the claim's tokens
-``claim_min_logprob``   least likely token of the claim
-``claim_mean_entropy``  negative mean token entropy over the claim
-``claim_self_certainty`` mean :math:`\mathrm{KL}(U \| p_t)` over the claim
-``claim_ccp``           claim-conditioned probability (Fadeeva et al., 2024)
-``claim_support``       share of sampled answers that support the claim (LUQ)
-``claim_p_true``        P(True) asked about the claim
-=====================  ======================================================
+=========================  ======================================================
+``claim_mean_logprob``     mean log-probability of the claim's tokens
+``claim_min_logprob``      least likely token of the claim
+``claim_mean_entropy``     negative mean token entropy over the claim
+``claim_self_certainty``   mean :math:`\mathrm{KL}(U \| p_t)` over the claim
+``claim_ccp``              claim-conditioned probability (Fadeeva et al., 2024)
+``claim_support``          share of sampled answers that support the claim (LUQ)
+``claim_p_true``           P(True) asked about the claim
+=========================  ======================================================
 """
 
 from __future__ import annotations
 
-import inspect
 import math
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -40,73 +39,13 @@ from confide.backends.binary import two_way_probabilities
 from confide.claims.split import sentence_spans, token_spans
 from confide.errors import CannotScore
 from confide.records import Claim, Record
-from confide.registry import Registry
-from confide.scorers.base import Cost, Need, ScoringContext
+from confide.scorers.base import Cost, Need, ScoringContext, scorer, scorer_at
 from confide.scorers.reflexive import P_TRUE_TOP_K, P_TRUE_VARIANTS, question_text
 
-__all__ = ["CLAIM_SCORERS", "DEFAULT_CLAIM_SCORERS", "ClaimScorerSpec", "aggregate_claims",
-           "claim_p_true_prompt", "claim_scorer", "run_claim_scorer"]
+__all__ = ["DEFAULT_CLAIM_SCORERS", "aggregate_claims", "claim_p_true_prompt"]
 
 ClaimValue = float | CannotScore
-
-
-@dataclass(frozen=True)
-class ClaimScorerSpec:
-    """A registered claim scorer: its function, needs, cost and samples wanted.
-
-    ``probability``: its values are probabilities in [0, 1], so "the share of
-    claims at or above 1/2" is meaningful (:func:`aggregate_claims`).
-    """
-
-    name: str
-    fn: Callable[[Record, list[Claim], ScoringContext], Sequence[ClaimValue]]
-    needs: frozenset[Need]
-    cost: Cost
-    n_samples: int = 0
-    probability: bool = False
-    summary: str = ""
-
-
-CLAIM_SCORERS: Registry[ClaimScorerSpec] = Registry("claim scorer")
 DEFAULT_SAMPLES = 5
-
-
-def claim_scorer(name: str, *, needs: Iterable[Need] = (), cost: Cost = Cost.FREE,
-                 n_samples: int = 0, probability: bool = False
-                 ) -> Callable[[Callable[..., Sequence[ClaimValue]]],
-                               Callable[..., Sequence[ClaimValue]]]:
-    """Register ``fn(record, claims, ctx) -> one value (or CannotScore) per claim``."""
-
-    def decorate(fn: Callable[..., Sequence[ClaimValue]]) -> Callable[..., Sequence[ClaimValue]]:
-        doc = inspect.getdoc(fn) or ""
-        CLAIM_SCORERS.add(name, ClaimScorerSpec(name, fn, frozenset(needs), cost, n_samples,
-                                                probability, doc.splitlines()[0] if doc else ""))
-        return fn
-
-    return decorate
-
-
-def run_claim_scorer(spec: ClaimScorerSpec, record: Record, claims: list[Claim],
-                     ctx: ScoringContext | None = None) -> list[tuple[float, str | None]]:
-    """Apply one claim scorer: ``(confidence, None)`` or ``(nan, reason)`` per claim."""
-    if not claims:
-        return []
-    try:
-        values = list(spec.fn(record, claims, ctx or ScoringContext()))
-    except CannotScore as exc:
-        return [(math.nan, exc.reason)] * len(claims)
-    if len(values) != len(claims):  # a bug in the scorer, not the input
-        raise RuntimeError(f"claim scorer {spec.name} gave {len(values)} values for "
-                           f"{len(claims)} claims")
-    out: list[tuple[float, str | None]] = []
-    for value in values:
-        if isinstance(value, CannotScore):
-            out.append((math.nan, value.reason))
-            continue
-        value = float(value)
-        out.append((value, None) if math.isfinite(value)
-                   else (math.nan, f"scorer returned {value} (not a finite number)"))
-    return out
 
 
 # --------------------------------------------------------------------------- token statistics
@@ -133,7 +72,7 @@ def _over_tokens(record: Record, claims: list[Claim], name: str,
     return out
 
 
-@claim_scorer("claim_mean_logprob", needs={Need.TOKEN_LOGPROBS})
+@scorer("claim_mean_logprob", level="claim", needs={Need.TOKEN_LOGPROBS})
 def claim_mean_logprob(record: Record, claims: list[Claim], ctx: ScoringContext
                        ) -> list[ClaimValue]:
     r"""Mean log-probability of the claim's tokens.
@@ -147,7 +86,7 @@ def claim_mean_logprob(record: Record, claims: list[Claim], ctx: ScoringContext
     return _over_tokens(record, claims, "token_logprobs", lambda v: float(np.mean(v)))
 
 
-@claim_scorer("claim_min_logprob", needs={Need.TOKEN_LOGPROBS})
+@scorer("claim_min_logprob", level="claim", needs={Need.TOKEN_LOGPROBS})
 def claim_min_logprob(record: Record, claims: list[Claim], ctx: ScoringContext
                       ) -> list[ClaimValue]:
     r"""Log-probability of the claim's least likely token.
@@ -160,7 +99,7 @@ def claim_min_logprob(record: Record, claims: list[Claim], ctx: ScoringContext
     return _over_tokens(record, claims, "token_logprobs", lambda v: float(np.min(v)))
 
 
-@claim_scorer("claim_mean_entropy", needs={Need.TOKEN_ENTROPIES})
+@scorer("claim_mean_entropy", level="claim", needs={Need.TOKEN_ENTROPIES})
 def claim_mean_entropy(record: Record, claims: list[Claim], ctx: ScoringContext
                        ) -> list[ClaimValue]:
     r"""Negative mean entropy of the next-token distributions over the claim.
@@ -173,7 +112,7 @@ def claim_mean_entropy(record: Record, claims: list[Claim], ctx: ScoringContext
     return _over_tokens(record, claims, "token_entropies", lambda v: -float(np.mean(v)))
 
 
-@claim_scorer("claim_self_certainty", needs={Need.FULL_DISTRIBUTION})
+@scorer("claim_self_certainty", level="claim", needs={Need.FULL_DISTRIBUTION})
 def claim_self_certainty(record: Record, claims: list[Claim], ctx: ScoringContext
                          ) -> list[ClaimValue]:
     r"""Self-certainty over the claim: mean KL divergence from uniform to each :math:`p_t`.
@@ -196,8 +135,8 @@ def _judge(ctx: ScoringContext) -> Any:
     return ctx.judge
 
 
-@claim_scorer("claim_ccp", needs={Need.TOKEN_LOGPROBS, Need.TOP_LOGPROBS}, cost=Cost.FEATURES,
-              probability=True)
+@scorer("claim_ccp", level="claim", needs={Need.TOKEN_LOGPROBS, Need.TOP_LOGPROBS},
+        cost=Cost.FEATURES, probability=True)
 def claim_ccp(record: Record, claims: list[Claim], ctx: ScoringContext) -> list[ClaimValue]:
     r"""Claim-conditioned probability: the share of each token's probability that keeps the claim.
 
@@ -270,8 +209,8 @@ def claim_ccp(record: Record, claims: list[Claim], ctx: ScoringContext) -> list[
 # --------------------------------------------------------------------------- samples
 
 
-@claim_scorer("claim_support", needs={Need.SAMPLES}, cost=Cost.FEATURES,
-              n_samples=DEFAULT_SAMPLES, probability=True)
+@scorer("claim_support", level="claim", needs={Need.SAMPLES}, cost=Cost.FEATURES,
+        n_samples=DEFAULT_SAMPLES, probability=True)
 def claim_support(record: Record, claims: list[Claim], ctx: ScoringContext) -> list[ClaimValue]:
     r"""Share of sampled answers that support the claim (LUQ-style).
 
@@ -327,8 +266,8 @@ def claim_p_true_prompt(question: str, answer: str, claim: str, *, chat: bool) -
     return body + "\nAnswer:"
 
 
-@claim_scorer("claim_p_true", needs={Need.EXTRA_PROMPT}, cost=Cost.MODEL_CALLS,
-              probability=True)
+@scorer("claim_p_true", level="claim", needs={Need.EXTRA_PROMPT}, cost=Cost.MODEL_CALLS,
+        probability=True)
 def claim_p_true(record: Record, claims: list[Claim], ctx: ScoringContext) -> list[ClaimValue]:
     r"""P(True) of each claim: the probability the model says "True" when asked about it.
 
@@ -383,6 +322,6 @@ def aggregate_claims(name: str, values: Sequence[float]) -> dict[str, float]:
     arr = np.asarray([v for v in values if not math.isnan(v)], dtype=np.float64)
     out = {f"{name}.min": float(arr.min()) if arr.size else math.nan,
            f"{name}.mean": float(arr.mean()) if arr.size else math.nan}
-    if CLAIM_SCORERS[name].probability:
+    if scorer_at(name, "claim").probability:
         out[f"{name}.share"] = float((arr >= 0.5).mean()) if arr.size else math.nan
     return out

@@ -1,0 +1,247 @@
+r"""The fitted object: a probe, lens probe or combiner, its file and how it is applied.
+
+:class:`Learned` holds the final model (``params``, the plain form of
+:mod:`confide.learned.estimators`), the out-of-fold score of each training
+item and the training run's identity. :meth:`Learned.save` writes plain JSON
+(no pickle, format :data:`FORMAT`); :meth:`Learned.load` reads it back.
+Applying it goes through the registered scorer of its kind
+(:mod:`confide.scorers.fitted`) and :func:`~confide.scorers.run_scorer`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from confide.errors import CannotScore, ConfigMismatch, InvalidInputError
+from confide.learned.estimators import predict_params
+from confide.records import Record
+from confide.scorers import ScoringContext, run_scorer, scorer_at
+from confide.scorers.fitted import FITTED_FINAL, FITTED_RUN, fitted_context
+
+__all__ = ["FORMAT", "KINDS", "TOKEN_FEATURES", "Kind", "Learned", "feature_matrix",
+           "hidden_keys", "token_features"]
+
+FORMAT = "confide-learned/1"
+KINDS = ("probe", "lens", "combiner")
+TOKEN_FEATURES = ("mean_logprob", "min_logprob", "mean_entropy", "max_entropy",
+                  "mean_kl_uniform", "log_length")
+Kind = Literal["probe", "lens", "combiner"]
+_FINAL = "fitted:final"  # the context's cache entry of a record's final-model score
+
+
+def token_features(record: Record) -> np.ndarray:
+    """The greedy answer's token-probability features, in :data:`TOKEN_FEATURES` order.
+
+    NaN where the backend gave no such statistic or the answer is empty.
+
+    >>> from confide.records import Generation, Item
+    >>> g = Generation("a b", token_ids=[1, 2], token_logprobs=np.array([-1.0, -3.0]))
+    >>> token_features(Record(Item("x", "q"), g))[[0, 1, 5]].round(3).tolist()
+    [-2.0, -3.0, 1.099]
+    """
+    g = record.greedy
+    out = np.full(len(TOKEN_FEATURES), np.nan)
+    n = g.n_tokens
+    if n == 0:
+        return out
+    for j, (values, reduce) in enumerate(((g.token_logprobs, np.mean), (g.token_logprobs, np.min),
+                                          (g.token_entropies, np.mean),
+                                          (g.token_entropies, np.max),
+                                          (g.token_kl_uniform, np.mean))):
+        if values is not None and len(values):
+            out[j] = float(reduce(np.asarray(values, dtype=np.float64)))
+    out[5] = math.log1p(n)
+    return out
+
+
+def _hidden(record: Record, layer: str) -> np.ndarray | None:
+    hidden = record.greedy.hidden or {}
+    vec = hidden.get(layer)
+    return None if vec is None else np.asarray(vec, dtype=np.float64)
+
+
+def hidden_keys(records: Sequence[Record]) -> list[str]:
+    """Hidden-state keys present in every record (sorted by layer, then pool)."""
+    keys: set[str] | None = None
+    for r in records:
+        have = set((r.greedy.hidden or {}).keys())
+        keys = have if keys is None else keys & have
+    def order(k: str) -> tuple[int, str]:
+        layer, _, pool = k.partition(":")
+        return (int(layer) if layer.lstrip("-").isdigit() else 0, pool)
+    return sorted(keys or (), key=order)
+
+
+@dataclass
+class Learned:
+    """A fitted probe, lens probe or combiner, with what it needs to be applied honestly.
+
+    ``params`` holds the final estimator (fitted on all training records);
+    ``oof`` maps each training item id to its cross-fitted score; ``report``
+    holds weights or importances and the cross-validation table.
+    """
+
+    kind: str
+    name: str
+    model: dict[str, Any]
+    layer: str | None
+    features: list[str]
+    params: dict[str, Any]
+    training: dict[str, Any]
+    oof: dict[str, float] = field(default_factory=dict)
+    report: dict[str, Any] = field(default_factory=dict)
+    kinds: ClassVar[tuple[str, ...]] = KINDS  # what load() accepts (confide.density adds its own)
+
+    # -- persistence ----------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, **asdict(self)}
+
+    def save(self, path: str | Path) -> Path:
+        """Write this model as JSON (floats round-trip exactly; no pickle)."""
+        path = Path(path)
+        path.write_text(json.dumps(self.to_dict(), allow_nan=False, indent=1), encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> Learned:
+        """Read a model written by :meth:`save`; a clear error names what is wrong."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise InvalidInputError(f"cannot read: {exc}", file=str(path)) from exc
+        except json.JSONDecodeError as exc:
+            raise InvalidInputError(f"not JSON: {exc.msg}", file=str(path), line=exc.lineno
+                                    ) from exc
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise InvalidInputError(f"not a confide learned-model file (expected format "
+                                    f"{FORMAT!r})", file=str(path), field="format")
+        if data.get("kind") not in cls.kinds:
+            raise InvalidInputError(f"unknown kind {data.get('kind')!r}; one of {cls.kinds}",
+                                    file=str(path), field="kind")
+        try:
+            return cls(**{k: v for k, v in data.items() if k != "format"})
+        except TypeError as exc:
+            raise InvalidInputError(f"malformed model file: {exc}", file=str(path)) from exc
+
+    # -- applying -------------------------------------------------------------------
+
+    def check_compatible(self, backend: dict[str, Any]) -> None:
+        """Refuse a run from another model (``probe``/``lens``); combiners transfer."""
+        if self.kind == "combiner":
+            return
+        mine = (self.model.get("backend"), self.model.get("model"))
+        theirs = (backend.get("backend"), backend.get("model"))
+        if mine != theirs:
+            raise ConfigMismatch(
+                f"this {self.kind} was fitted on hidden states of model {mine[1]!r} "
+                f"(backend {mine[0]!r}); the run was generated by {theirs[1]!r} "
+                f"(backend {theirs[0]!r}). Hidden states do not carry over between models.")
+
+    def features_of(self, records: Sequence[Record]) -> tuple[np.ndarray, list[str | None]]:
+        """Feature matrix for ``records`` and, per row, why it cannot be scored (or None)."""
+        return feature_matrix(self.kind, self.layer, self.features, records)
+
+    def predict(self, records: Sequence[Record]) -> list[tuple[float, str | None]]:
+        """Final-model scores (no cross-fitting) of every record, training items too:
+        ``(confidence, None)`` or ``(nan, why)``, through
+        :func:`~confide.scorers.run_scorer` (an empty answer gets NaN)."""
+        return self._applied(records, fitted_context(self, final=True))
+
+    def apply(self, records: Sequence[Record], *, run: str,
+              backend: dict[str, Any]) -> list[tuple[float, str | None]]:
+        """Scores for a run's records, honest about training data.
+
+        On the training run itself (same :func:`~confide.learned.run_digest`) a
+        training item gets its out-of-fold score; on another run an item id the
+        model was trained on gets NaN; every other item gets the final model's
+        score. Each goes through :func:`~confide.scorers.run_scorer` with the
+        registered scorer of this kind (:mod:`confide.scorers.fitted`), so an
+        empty answer gets NaN with the reason and a non-finite value NaN.
+        """
+        self.check_compatible(backend)
+        return self._applied(records, fitted_context(self, run=run))
+
+    def confidence(self, record: Record, ctx: ScoringContext) -> float:
+        """One record's confidence: what the registered scorer of this kind returns.
+
+        Raises :class:`~confide.errors.CannotScore` with the reason (no hidden
+        state, an item of the training set on another run, ...).
+        """
+        item = record.item.id
+        if not ctx.options.get(FITTED_FINAL) and item in self._trained:
+            if ctx.options.get(FITTED_RUN) == self.training.get("run_digest") \
+                    and item in self.oof:
+                return float(self.oof[item])
+            raise CannotScore(f"{self.kind}: item was in its training set")
+        value, why = ctx.cached(record, _FINAL, lambda: self._scores([record])[0])
+        if why is not None:
+            raise CannotScore(why)
+        return value
+
+    @functools.cached_property
+    def _trained(self) -> frozenset[str]:
+        return frozenset(self.training.get("item_ids", []))
+
+    def _applied(self, records: Sequence[Record], ctx: ScoringContext
+                 ) -> list[tuple[float, str | None]]:
+        # The final model's scores in one batch (a density's Gaussians fitted once), read
+        # back per record by the registered scorer.
+        for record, pair in zip(records, self._scores(records), strict=True):
+            ctx.features[(record.item.id, _FINAL)] = pair
+        spec = scorer_at(self.kind)
+        return [run_scorer(spec, record, ctx) for record in records]
+
+    def _scores(self, records: Sequence[Record]) -> list[tuple[float, str | None]]:
+        """The final model's raw outputs: ``(value, None)`` or ``(nan, why)`` per record."""
+        x, why = self.features_of(records)
+        out: list[tuple[float, str | None]] = [(math.nan, w) for w in why]
+        ok = [i for i, w in enumerate(why) if w is None]
+        if ok:
+            scores = predict_params(self.params, x[ok])
+            for i, s in zip(ok, scores, strict=True):
+                out[i] = (float(s), None)
+        return out
+
+
+def feature_matrix(kind: str, layer: str | None, names: Sequence[str],
+                   records: Sequence[Record]) -> tuple[np.ndarray, list[str | None]]:
+    """Rows of ``kind``'s inputs for ``records`` and, per row, why it has none (or None)."""
+    rows: list[np.ndarray] = []
+    why: list[str | None] = []
+    for r in records:
+        if kind == "combiner":
+            rows.append(np.array([r.scores.get(n, math.nan) for n in names], dtype=np.float64))
+            why.append(None)
+            continue
+        assert layer is not None  # probes always carry a layer
+        vec = _hidden(r, layer)
+        if vec is None:
+            rows.append(np.zeros(0))
+            why.append(f"{kind}: no hidden state {layer} in the record (run with "
+                       f"--hidden-layers {layer.split(':')[0]})")
+            continue
+        if kind == "lens":
+            tok = token_features(r)
+            if np.isnan(tok).any():
+                rows.append(np.zeros(0))
+                why.append("lens: the record lacks token statistics")
+                continue
+            vec = np.concatenate([vec, tok])
+        rows.append(vec)
+        why.append(None)
+    width = max((len(v) for v in rows), default=0)
+    x = np.zeros((len(rows), width))
+    for i, v in enumerate(rows):
+        if len(v) == width:
+            x[i] = v
+    return x, why

@@ -1,0 +1,154 @@
+r"""Fitted kinds: answer-level scorers whose model is fitted on a graded run first.
+
+``confide fit RUN --kind KIND`` fits one (:func:`confide.learned.fit`,
+:func:`confide.density.fit`) and writes it as JSON; ``confide eval RUN --with
+FILE`` applies it. Each kind is registered here like every other scorer, with
+:attr:`~confide.scorers.base.Need.TRAINING` among its needs, so it is listed
+with them and every score it gives goes through
+:func:`~confide.scorers.base.run_scorer`: an empty answer gets NaN with the
+reason, a non-finite value NaN. The function takes the fitted model from the
+context (:func:`fitted_context`); the model's ``confidence(record, ctx)``
+gives the value (its out-of-fold score on its own training run). A run plan
+skips these kinds (nothing is fitted while generating; :func:`confide.pipeline.plan_scorers`).
+
+The formulas and papers are in :func:`confide.learned.fit` and
+:func:`confide.density.fit`; each scorer's docstring gives its own.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from confide.errors import CannotScore
+from confide.records import Record
+from confide.scorers.base import Need, scorer
+from confide.scoring_context import ScoringContext
+
+__all__ = ["FITTED_FINAL", "FITTED_MODEL", "FITTED_RUN", "FittedModel", "fitted_context"]
+
+FITTED_MODEL = "fitted_model"  # ctx.options: the fitted model being applied
+FITTED_RUN = "fitted_run"      # ctx.options: the run digest of the records scored
+FITTED_FINAL = "fitted_final"  # ctx.options: the final model on every record, training too
+
+_HIDDEN = {Need.TRAINING, Need.HIDDEN_STATES}
+
+
+class FittedModel(Protocol):
+    """What the fitted kinds read from the context: a model of that kind."""
+
+    kind: str
+    name: str
+
+    def confidence(self, record: Record, ctx: ScoringContext) -> float:
+        """One record's confidence; raises :class:`~confide.errors.CannotScore`."""
+
+
+def fitted_context(model: FittedModel, *, run: str | None = None,
+                   final: bool = False) -> ScoringContext:
+    """A context that applies ``model`` to the records of run ``run`` (its digest).
+
+    ``final``: the final model's score for every record, items it was trained
+    on included (no out-of-fold scores, no refusal).
+    """
+    return ScoringContext(options={FITTED_MODEL: model, FITTED_RUN: run, FITTED_FINAL: final})
+
+
+def _apply(kind: str, record: Record, ctx: ScoringContext) -> float:
+    model = ctx.options.get(FITTED_MODEL)
+    if model is None:
+        raise CannotScore(f"{kind}: no fitted model; fit one with `confide fit RUN --kind "
+                          f"{kind}` and apply it with `confide eval RUN --with FILE`")
+    if model.kind != kind:
+        raise CannotScore(f"{kind}: the context holds a {model.kind} model")
+    return model.confidence(record, ctx)
+
+
+@scorer("probe", needs=_HIDDEN)
+def probe(record: Record, ctx: ScoringContext) -> float:
+    r"""Hidden-state probe: a logistic regression's P(correct) from one pooled hidden state.
+
+    .. math:: c(x) = \sigma\big(w^\top (h_\ell(x) - \mu) / s + b\big)
+
+    for the pooled state :math:`h_\ell` of the greedy answer at the chosen
+    layer (:func:`confide.learned.fit`).
+
+    References: [1] Azaria & Mitchell, 2023, "The Internal State of an LLM Knows
+    When It's Lying", Findings of EMNLP; [2] Kadavath et al., 2022,
+    arXiv:2207.05221.
+    """
+    return _apply("probe", record, ctx)
+
+
+@scorer("lens", needs=_HIDDEN | {Need.TOKEN_LOGPROBS, Need.TOKEN_ENTROPIES,
+                                 Need.FULL_DISTRIBUTION})
+def lens(record: Record, ctx: ScoringContext) -> float:
+    r"""Lens probe: a probe on the hidden state plus the answer's token-probability features.
+
+    .. math:: c(x) = \sigma\big(w^\top (z(x) - \mu) / s + b\big), \quad
+              z = \big(h_\ell(x), \bar\ell, \ell_{\min}, \bar H, H_{\max},
+              \overline{\mathrm{KL}}, \log(1 + T)\big)
+
+    (:data:`confide.learned.TOKEN_FEATURES`).
+
+    References: [1] Azaria & Mitchell, 2023, Findings of EMNLP (the probe);
+    [2] Malinin & Gales, 2021, ICLR (the token statistics).
+    """
+    return _apply("lens", record, ctx)
+
+
+@scorer("combiner", needs={Need.TRAINING})
+def combiner(record: Record, ctx: ScoringContext) -> float:
+    r"""Combiner: a model of P(correct) fitted over other scorers' outputs.
+
+    .. math:: c(x) = \sigma\Big(\sum_j w_j\, \Phi^{-1}(\hat F_j(c_j(x)))
+              + \sum_j v_j\, [c_j(x) = \mathrm{NaN}] + b\Big), \quad w_j \ge 0
+
+    (logistic, inputs through their training quantiles) or gradient-boosted
+    trees (:func:`confide.learned.fit`, ``estimator="boosting"``).
+
+    References: [1] Chernozhukov et al., 2018, "Double/debiased machine learning
+    for treatment and structural parameters", Econometrics Journal (the
+    cross-fitting of its out-of-fold scores).
+    """
+    return _apply("combiner", record, ctx)
+
+
+@scorer("mahalanobis", needs=_HIDDEN)
+def mahalanobis(record: Record, ctx: ScoringContext) -> float:
+    r"""Negated Mahalanobis distance of the answer's hidden state to the training answers'.
+
+    .. math:: c(x) = -\sqrt{(h(x) - \mu)^\top \Sigma^{-1} (h(x) - \mu)}
+
+    (:class:`confide.density.Gaussian`).
+
+    References: [1] Lee et al., 2018, "A Simple Unified Framework for Detecting
+    Out-of-Distribution Samples and Adversarial Attacks", NeurIPS.
+    """
+    return _apply("mahalanobis", record, ctx)
+
+
+@scorer("relative_mahalanobis", needs=_HIDDEN)
+def relative_mahalanobis(record: Record, ctx: ScoringContext) -> float:
+    r"""Negated relative Mahalanobis distance: to the training answers' minus a background's.
+
+    .. math:: c(x) = -\big(\mathrm{MD}(h(x)) - \mathrm{MD}_0(h(x))\big)
+
+    with :math:`\mathrm{MD}_0` fitted on a background run (``--background RUN``).
+
+    References: [1] Ren et al., 2023, "Out-of-Distribution Detection and
+    Selective Generation for Conditional Language Models", ICLR.
+    """
+    return _apply("relative_mahalanobis", record, ctx)
+
+
+@scorer("huq", needs=_HIDDEN | {Need.TOKEN_LOGPROBS})
+def huq(record: Record, ctx: ScoringContext) -> float:
+    r"""Negated HUQ: mean of the answer's perplexity and Mahalanobis ranks among training answers.
+
+    .. math:: c(x) = -\tfrac12\big(R_{\mathrm{PPL}}(x) + R_{\mathrm{MD}}(x)\big)
+
+    References: [1] Vazhentsev et al., 2023, "Hybrid Uncertainty Quantification
+    for Selective Text Classification in Ambiguous Tasks", ACL (LM-Polygraph's
+    ``PPLMDSeq``).
+    """
+    return _apply("huq", record, ctx)
