@@ -133,3 +133,22 @@ def test_run_ctrl_c_keeps_stored_items_and_says_how_to_resume(tmp_path):
     assert "Interrupted" in stderr and "Resume with: confide run" in stderr
     assert "Traceback" not in stderr
     assert 2 <= stored < 200
+
+
+def test_runs_made_before_the_hidden_state_fix_are_recognised(hf_model, tmp_path):
+    """A run stores its format version; one made before version 2 with hidden states says
+    so in eval and fit, and is not resumed (its states would mix with fixed ones)."""
+    from confide.store import FORMAT_VERSION, RunStore
+
+    settings = dict(limit=2, max_new_tokens=3, batch_size=2, hidden_layers=(-1,))
+    api.evaluate(hf_model, out=tmp_path, **settings)
+    with RunStore.open(tmp_path) as store:
+        assert store.format_version == FORMAT_VERSION and store.hidden_states_note() is None
+        store._conn.execute("DELETE FROM meta WHERE key = 'format_version'")  # as made before
+        store._conn.execute("DELETE FROM records WHERE item_id = (SELECT MIN(item_id) "
+                            "FROM records)")
+    run = api.open_run(tmp_path)
+    assert run.hidden_states_note and "predate the fix" in run.hidden_states_note
+    assert any("predate the fix" in note for note in run.evaluate(n_resamples=10).notes)
+    with pytest.raises(ConfigMismatch, match="predate the fix"):
+        api.evaluate(hf_model, out=tmp_path, **settings)

@@ -48,6 +48,52 @@ def test_early_abstention_stops_the_greedy_row_and_then_every_sample():
     assert stream(_event("ab", "b", 0.0, sample=0)) == "cancelled"
 
 
+def test_early_abstention_holds_tokens_until_the_running_confidence_is_checked():
+    updates = []
+    stream = AnswerStream(updates.append, early=EarlyAbstention(0.5, after=3))
+    assert stream(_event(" La", " La", math.log(0.9))) is None
+    assert stream(_event(" La Paz", " Paz", math.log(0.9))) is None
+    assert updates == []  # tokens 1 and 2: not judged yet, so not handed on
+    assert stream(_event(" La Paz is", " is", math.log(0.9))) is None  # 0.9 >= 0.5
+    assert [(u.delta, u.n_tokens) for u in updates] == [("La", 1), (" Paz", 2), (" is", 3)]
+    assert stream(_event(" La Paz is", " x", math.log(0.9))) is None
+    assert len(updates) == 4  # from token 3 on: each token right after its own check
+    # (0.9^4 * 0.001)^(1/5) = 0.22 < 0.5: this token is never handed on
+    assert stream(_event(" La Paz is x", " x", math.log(0.001))) == "abstain"
+    assert len(updates) == 4 and stream.choices[0].sent == "La Paz is"
+    assert stream.finish() == []
+
+
+def test_early_abstention_at_its_first_check_hands_on_nothing():
+    updates = []
+    stream = AnswerStream(updates.append, early=EarlyAbstention(0.5, after=2))
+    assert stream(_event("La", "La", math.log(0.9))) is None
+    assert stream(_event("La x", " x", math.log(0.01))) == "abstain"  # sqrt(.009) = 0.09
+    assert updates == [] and stream.choices[0].sent == "" and stream.finish() == []
+    first = AnswerStream(updates.append, early=EarlyAbstention(0.95, after=1))
+    assert first(_event("La", "La", math.log(0.9))) == "abstain"  # checked before it is sent
+    assert updates == []
+
+
+def test_a_short_answer_the_policy_never_judged_is_handed_on_at_its_end():
+    updates = []
+    stream = AnswerStream(updates.append, n_choices=2, early=EarlyAbstention(0.5, after=4))
+    stream(_event("Par", "Par", math.log(0.2)))
+    stream(_event("a", "a", math.log(0.2), sample=0))  # samples are never held
+    stream(_event("Paris", "is", math.log(0.2)))
+    assert [u.choice for u in updates] == [1]
+    held = stream.finish()
+    assert [(u.delta, u.n_tokens) for u in held] == [("Par", 1), ("is", 2)]
+    assert stream.choices[0].sent == "Paris" and stream.finish() == []
+
+
+def test_without_a_policy_every_token_is_handed_on_at_once():
+    updates = []
+    stream = AnswerStream(updates.append)
+    stream(_event("La", "La", math.log(0.01)))
+    assert len(updates) == 1 and stream.finish() == []
+
+
 @pytest.mark.parametrize("below, after, field", [(0.0, 4, "early_abstain_below"),
                                                  (1.5, 4, "early_abstain_below"),
                                                  (0.3, 0, "early_abstain_after"),
@@ -117,3 +163,4 @@ def test_api_stream_yields_tokens_then_the_scored_record(hf_model):
     early = list(confide.stream(hf_model, "What is the capital of France?", max_new_tokens=12,
                                 early_abstain_below=0.999, early_abstain_after=3))
     assert early[-1].abstained and early[-1].record.greedy.n_tokens == 3
+    assert len(early) == 1  # fired at its first check (token 3): no token was handed on

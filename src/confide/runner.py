@@ -192,6 +192,8 @@ def execute(plan: RunPlan | RunConfig, out: str | Path, *,
     existed = check_output(out)
     store = RunStore.open(out, identity) if existed else None
     try:
+        if store is not None and (stale := store.hidden_states_note()):
+            raise ConfigMismatch(f"{stale}; resuming would mix states of both kinds")
         done = store.done_ids() if store is not None else set()
         todo = {it.id for it in plan.task.items if it.id not in done}
         if progress:

@@ -38,6 +38,8 @@ class Run:
             self.config: dict[str, Any] = store.config or {}
             self.backend_config: dict[str, Any] = store.get_meta("backend", {})
             self.skipped_scorers: dict[str, str] = store.get_meta("skipped_scorers", {})
+            #: why the run's hidden states cannot be trusted (made before a fix), or None
+            self.hidden_states_note: str | None = store.hidden_states_note()
 
     @cached_property
     def records(self) -> list[Record]:
@@ -63,10 +65,13 @@ class Run:
                 f"{', '.join(stored_graders) or 'none (its items have no references)'}",
                 field="grader")
         scorers = scorer_order(self.config, self.skipped_scorers, self.records)
-        return evaluate_records(self.records, grader=grader or self.grader,
+        table = evaluate_records(self.records, grader=grader or self.grader,
                                 scorers=scorers or None, metrics=metrics,
                                 n_resamples=n_resamples, metric_options=metric_options,
                                 seed=self.config.get("seed", 0) if seed is None else seed)
+        if self.hidden_states_note:
+            table.notes.append(self.hidden_states_note)
+        return table
 
     @cached_property
     def table(self) -> EvalTable:

@@ -30,7 +30,14 @@ from confide.errors import ConfigMismatch, StoreDamaged, StoreError
 from confide.outputs import writable_file
 from confide.records import Record
 
-__all__ = ["RunStore", "record_row"]
+__all__ = ["FORMAT_VERSION", "HIDDEN_STATES_FIXED", "RunStore", "record_row"]
+
+#: The version of what a run stores, written when a run is created (runs made before
+#: versions were written read as 1). 2: a pooled hidden state is the answer token's own
+#: (before, each came from the token before it: ``:last`` of a one-token answer was the
+#: prompt's last state).
+FORMAT_VERSION = 2
+HIDDEN_STATES_FIXED = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -100,20 +107,24 @@ class RunStore:
 
     @classmethod
     def open(cls, path: str | Path, config: dict[str, Any] | None = None, *,
-             create: bool = True) -> RunStore:
+             create: bool = True, timeout: float = 30.0) -> RunStore:
         """Open (or create) the run at ``path``.
 
         With ``config``, a new run stores it and an existing run must match it;
         without, the run must exist (read-only use: eval, report, export).
+        ``timeout``: seconds a write waits for another connection's lock (then a
+        "busy" :class:`~confide.errors.StoreError`).
         """
         path = Path(path)
         db = path / "run.sqlite"
         if not db.exists() and (config is None or not create):
             raise StoreError(f"{path}: no run here (missing run.sqlite)")
         existed = db.exists()
+        if existed and config is None and db.stat().st_size == 0:  # never write the schema
+            raise StoreError(f"{path}: no run here (run.sqlite is empty)")
         try:
             path.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(db, timeout=30, isolation_level=None)
+            conn = sqlite3.connect(db, timeout=timeout, isolation_level=None)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"{db}: cannot open run database: {exc}") from exc
         store = cls(path, conn)
@@ -130,6 +141,7 @@ class RunStore:
                 if stored is None:
                     store.set_meta("config", config)
                     store.set_meta("created_at", time.time())
+                    store.set_meta("format_version", FORMAT_VERSION)
                 elif stored != wanted:
                     raise ConfigMismatch(
                         f"{path} holds a run with a different configuration:\n  "
@@ -183,27 +195,69 @@ class RunStore:
             raise self._damaged("; ".join(problems))
 
     def _readable_rows(self) -> Iterator[tuple[int, str, bytes | None]]:
-        """``(position, data, NULL)`` of each record that can still be read, row by row.
+        """``(position, data, NULL)`` of each record that can still be read, in rowid order.
 
-        Reading by rowid one at a time walks past damaged pages that stop a full scan.
+        One query per record, each asking for the first row past the last one found
+        (``rowid > ?``), so the walk never trusts a stored count or ``max(rowid)``: on a
+        damaged leaf page ``max(rowid)`` can be any 64-bit number (a walk from 1 to it
+        never ended: issue 23, ``tests/hostile``). A query that fails has reached a
+        damaged page; the walk then probes past it at steps of 1, 2, 4, ... and bisects
+        back to the first rowid past the damage. Every query moves forward, so a walk
+        takes at most one query per stored row plus 128 per damaged stretch: it is bounded
+        by the size of the file, whatever the damage.
         """
-        try:
-            top = self._conn.execute("SELECT max(rowid) FROM records").fetchone()[0]
-        except sqlite3.DatabaseError:
-            top = None
-        rowid, misses = 0, 0
-        while (rowid < top) if top is not None else (misses < 10_000):
-            rowid += 1
+        last = 0
+        while True:
             try:
-                row = self._conn.execute("SELECT position, data FROM records WHERE rowid = ?",
-                                         (rowid,)).fetchone()
+                row = self._next_row(last)
             except sqlite3.DatabaseError:
-                row = None
-            if row is None:
-                misses += 1
+                past = self._past_damage(last)
+                if past is None:
+                    return
+                last = past
+                try:  # the first row past the damage may be ``past`` itself
+                    row = self._conn.execute("SELECT position, data FROM records "
+                                             "WHERE rowid = ?", (past,)).fetchone()
+                except sqlite3.DatabaseError:
+                    row = None
+                if row is not None:
+                    yield row[0], row[1], None
                 continue
-            misses = 0
-            yield row[0], row[1], None
+            if row is None:
+                return
+            rowid, position, data = row
+            if not isinstance(rowid, int) or rowid <= last:  # a damaged page's garbage
+                last += 1
+                continue
+            last = rowid
+            yield position, data, None
+
+    def _next_row(self, after: int) -> tuple[Any, Any, Any] | None:
+        return self._conn.execute("SELECT rowid, position, data FROM records WHERE rowid > ? "
+                                  "ORDER BY rowid LIMIT 1", (after,)).fetchone()
+
+    def _past_damage(self, last: int) -> int | None:
+        """The smallest ``s > last`` from which the next row can be read (None: none can)."""
+        top = 2 ** 63 - 1
+        step, good = 1, None
+        while last + step < top:
+            try:
+                self._next_row(last + step)
+                good = last + step
+                break
+            except sqlite3.DatabaseError:
+                step *= 2
+        if good is None:
+            return None
+        bad = last + step // 2  # fails (or is ``last`` itself)
+        while good - bad > 1:
+            middle = (bad + good) // 2
+            try:
+                self._next_row(middle)
+                good = middle
+            except sqlite3.DatabaseError:
+                bad = middle
+        return good
 
     def count_readable(self) -> tuple[int, int]:
         """``(readable, unreadable)`` records; unreadable counts those found but not parsed."""
@@ -249,6 +303,22 @@ class RunStore:
             return json.loads(row[0])
         except ValueError as exc:
             raise self._damaged(f"metadata {key!r} is not JSON") from exc
+
+    @property
+    def format_version(self) -> int:
+        """What this run's records follow (:data:`FORMAT_VERSION`; 1: written before)."""
+        return int(self.get_meta("format_version", 1))
+
+    def hidden_states_note(self) -> str | None:
+        """Why this run's stored hidden states cannot be trusted, or None."""
+        if self.format_version >= HIDDEN_STATES_FIXED:
+            return None
+        if not (self.config or {}).get("hidden_layers"):
+            return None
+        return (f"{self.path}: its hidden states predate the fix of format version "
+                f"{HIDDEN_STATES_FIXED} (each pooled state is that of the token before: a "
+                "one-token answer got the prompt's last state); generate the run again "
+                "before fitting probes or density models on it")
 
     @property
     def config(self) -> dict[str, Any] | None:
@@ -298,6 +368,20 @@ class RunStore:
         with self._guard():
             return dict(self._conn.execute("SELECT item_id, error FROM failures"))
 
+    def no_records(self) -> StoreError:
+        """The error for a run with nothing to evaluate: ``eval``, ``report`` and the API
+        refuse it alike (an n = 0 table would look like a result)."""
+        failures = self.failures()
+        if failures:
+            first = next(iter(failures.values()))
+            why = (f"; {len(failures)} item(s) failed (first error: {first}); run the same "
+                   "command again to retry them")
+        elif self.config is None:
+            why = " and no settings: no run was stored here"
+        else:
+            why = "; finish it with the `confide run` command that started it"
+        return StoreError(f"{self.path}: the run holds no records yet{why}")
+
     def iter_records(self, *, hidden: bool = False) -> Iterator[Record]:
         column = "hidden" if hidden else "NULL"
         with self._guard():
@@ -321,7 +405,7 @@ class RunStore:
         fmt = fmt.lower()
         if fmt not in ("jsonl", "csv", "parquet"):
             raise StoreError(f"unknown export format {fmt!r}; use jsonl, csv or parquet")
-        target = writable_file(path, "out") if path else self.path / f"records.{fmt}"
+        target = writable_file(path or self.path / f"records.{fmt}", "--out")
         records, self.unreadable = self.readable_records()
         rows = [record_row(r) for r in records]
         try:
@@ -329,6 +413,81 @@ class RunStore:
         except OSError as exc:
             raise StoreError(f"{target}: cannot write: {exc.strerror or exc}") from exc
         return target
+
+    # -- batches and added grades (imported runs, confide label) -----------------------
+
+    @staticmethod
+    def encode(record: Record) -> str:
+        """A record's stored text (as :meth:`put` stores it), for :meth:`put_many`."""
+        return json.dumps(record.to_dict(), allow_nan=False)
+
+    def put_many(self, rows: list[tuple[int, str, str]], meta: dict[str, Any] | None = None
+                 ) -> int:
+        """Store complete records, ``(position, item id, encode(record))`` rows, and
+        ``meta`` in one transaction.
+
+        The records carry no hidden states (imported runs have none). Ids already stored
+        are left as they are (never duplicated); returns how many records were new. An
+        interrupted batch stores none of its records, so every batch that returned is
+        kept whole.
+        """
+        now = time.time()
+        params = [(position, item_id, data, None, now) for position, item_id, data in rows]
+        with self._guard(), self._conn:
+            self._conn.execute("BEGIN IMMEDIATE")
+            before = self._conn.total_changes
+            self._conn.executemany(
+                "INSERT OR IGNORE INTO records(position, item_id, data, hidden, stored_at) "
+                "VALUES (?, ?, ?, ?, ?)", params)
+            new = self._conn.total_changes - before
+            for key, value in (meta or {}).items():
+                self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
+                                   (key, json.dumps(value)))
+        return new
+
+    def drop_scores(self, names: list[str]) -> int:
+        """Remove scorers ``names`` (value and reason) from every record, in one transaction;
+        returns how many records changed. Everything else stored is left as it was."""
+        wanted = set(names)
+        changed = 0
+        with self._guard(), self._conn:
+            self._conn.execute("BEGIN IMMEDIATE")
+            rows = self._conn.execute("SELECT item_id, data FROM records").fetchall()
+            for item_id, data in rows:
+                d = json.loads(data)
+                hit = wanted & (set(d.get("scores", {})) | set(d.get("score_errors", {})))
+                if not hit:
+                    continue
+                for name in hit:
+                    d.get("scores", {}).pop(name, None)
+                    d.get("score_errors", {}).pop(name, None)
+                self._conn.execute("UPDATE records SET data = ? WHERE item_id = ?",
+                                   (json.dumps(d, allow_nan=False), item_id))
+                changed += 1
+        return changed
+
+    def add_grades(self, name: str, values: dict[str, float]) -> int:
+        """Add grade ``name`` to the records ``values`` names (item id → correctness), in
+        one transaction: every record or none. Only the grade is added: the rest of each
+        record's stored text (scores, other grades) is left byte for byte, and hidden
+        states are not touched. Raises :class:`~confide.errors.StoreError` for an id not
+        stored or a record that already has the grade (nothing is written)."""
+        with self._guard(), self._conn:
+            self._conn.execute("BEGIN IMMEDIATE")
+            for item_id, value in values.items():
+                row = self._conn.execute("SELECT data FROM records WHERE item_id = ?",
+                                         (item_id,)).fetchone()
+                if row is None:
+                    raise StoreError(f"{self.path}: no record with id {item_id!r}")
+                d = json.loads(row[0])
+                grades = d.setdefault("grades", {})
+                if name in grades:
+                    raise StoreError(f"{self.path}: record {item_id!r} already has a "
+                                     f"{name!r} grade")
+                grades[name] = float(value)
+                self._conn.execute("UPDATE records SET data = ? WHERE item_id = ?",
+                                   (json.dumps(d, allow_nan=False), item_id))
+        return len(values)
 
 
 def _write_rows(rows: list[dict[str, Any]], fmt: str, target: Path) -> None:

@@ -5,15 +5,22 @@ option, a damaged run store, a misused command, a server request), the exit
 code or HTTP status it must get, and words its message must contain. One test
 runs them all and also checks that nothing exits 0 on bad input, that a
 failed ``run`` leaves no half-made run directory, and that no stored record
-changes. CLI cases run in-process (Typer's CliRunner); only the few cases
-marked ``model`` load the bundled model, and none of them generates.
+changes. CLI cases run in-process (Typer's CliRunner), except those with a
+``timeout`` (a case that once hung): they run ``python -m confide.cli`` in a
+subprocess, so a regression fails after that many seconds instead of hanging
+the suite. Only the few cases marked ``model`` load the bundled model, and none
+of them generates, except the ``stream`` cases: a streamed request the server
+must answer (200) without sending what it withholds (``silent``: no token of
+choice 0 before the last chunk).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,7 +43,7 @@ CASES = CORPUS["cases"]
 def _params() -> list[Any]:
     out = []
     for case in CASES:
-        marks = [pytest.mark.model] if case.get("model") or case["kind"] == "http" else []
+        marks = [pytest.mark.model] if case.get("model") or case["kind"] != "cli" else []
         out.append(pytest.param(case, id=case["id"], marks=marks))
     return out
 
@@ -45,7 +52,7 @@ def test_corpus_is_large_and_well_formed():
     ids = [c["id"] for c in CASES]
     assert len(ids) >= 100 and len(set(ids)) == len(ids)
     for case in CASES:
-        assert case["kind"] in ("cli", "http") and case["words"], case["id"]
+        assert case["kind"] in ("cli", "http", "stream") and case["words"], case["id"]
         assert case["exit"] != 0 and case["exit"] < 300 or case["exit"] >= 400, case["id"]
 
 
@@ -88,11 +95,44 @@ def damage(path: Path, how: str) -> None:
         page = 4096
         middle = (len(raw) // page // 2) * page
         raw[middle:middle + page] = b"\xff" * page
+    elif how == "rowid":  # the last record's rowid on its leaf page: max(rowid) ≈ 2**61
+        offset = _last_rowid_offset(db, raw)
+        raw[offset:offset + 9] = b"\x8f" + b"\xff" * 7 + b"\x7f"
+    elif how == "zerobytes":  # an empty file where the database was
+        raw = bytearray()
     db.write_bytes(bytes(raw))
+    if how in ("norecords", "nosettings"):  # settings but no records; or neither
+        with sqlite3.connect(db) as conn:
+            conn.execute("DELETE FROM records")
+            if how == "nosettings":
+                conn.execute("DELETE FROM meta")
+        conn.close()
     if how == "badjson":  # a record's text hand-edited into something that is not JSON
         with sqlite3.connect(db) as conn:
             conn.execute("UPDATE records SET data = '{not json' WHERE item_id = 'i005'")
         conn.close()
+
+
+def _last_rowid_offset(db: Path, raw: bytearray) -> int:
+    """Where the rowid of the records table's last row sits: the last cell of the
+    rightmost leaf page (SQLite's file format: b-tree pages, cells, varints)."""
+    conn = sqlite3.connect(db)
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    page = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'records'"
+                        ).fetchone()[0]
+    conn.close()
+    while True:
+        start = (page - 1) * page_size
+        head = start + (100 if page == 1 else 0)
+        if raw[head] != 0x05:  # not an interior table page: the rightmost leaf
+            break
+        page = int.from_bytes(raw[head + 8:head + 12], "big")
+    cells = int.from_bytes(raw[head + 3:head + 5], "big")
+    pointer = head + 8 + 2 * (cells - 1)
+    offset = start + int.from_bytes(raw[pointer:pointer + 2], "big")
+    while raw[offset] & 0x80:  # past the payload-size varint
+        offset += 1
+    return offset + 1
 
 
 def _snapshot(path: Path) -> Any:
@@ -123,18 +163,24 @@ def test_bad_input(case: dict[str, Any], data_dir: Path, tmp_path: Path,
     if case["kind"] == "http":
         _http_case(case, request.getfixturevalue("server"))
         return
+    if case["kind"] == "stream":
+        _stream_case(case, request.getfixturevalue("server"))
+        return
     names = {"data": data_dir, "tmp": tmp_path, "run": tmp_path / "run"}
     if "store" in case:
         stored_run(names["run"])
         if case["store"] != "run":
             damage(names["run"], case["store"])
     before = _snapshot(names["run"])
-    result = CliRunner().invoke(app, [_fill(a, names) for a in case["args"]],
-                                env={"COLUMNS": "200"})
-    output = result.output
-    assert result.exit_code == case["exit"], output
-    assert result.exception is None or isinstance(result.exception, SystemExit), \
-        repr(result.exception)
+    args = [_fill(a, names) for a in case["args"]]
+    if "timeout" in case:
+        exit_code, output = _in_subprocess(args, case["timeout"])
+    else:
+        result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+        exit_code, output = result.exit_code, result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit), \
+            repr(result.exception)
+    assert exit_code == case["exit"], output
     assert "Traceback" not in output
     flat = " ".join(output.split())  # Rich wraps long messages
     for word in case["words"]:
@@ -143,6 +189,43 @@ def test_bad_input(case: dict[str, Any], data_dir: Path, tmp_path: Path,
     for path in case.get("absent", []):
         assert not Path(_fill(path, names)).exists(), f"{path} was created"
     shutil.rmtree(names["run"], ignore_errors=True)
+
+
+def _in_subprocess(args: list[str], timeout: float) -> tuple[int, str]:
+    """``confide ARGS`` in its own process: a hang fails the case after ``timeout`` s."""
+    env = {**os.environ, "COLUMNS": "200"}
+    try:
+        done = subprocess.run([sys.executable, "-m", "confide.cli", *args], env=env,
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"confide {' '.join(args)} ran past {timeout} s (it once hung)")
+    return done.returncode, done.stdout + done.stderr
+
+
+def _stream_case(case: dict[str, Any], base: str) -> None:
+    """A streamed request: 200, the words in choice 0's content, and with ``silent`` no
+    token of choice 0 (content, or its token in ``confide``) before the last chunk."""
+    chunks = []
+    with httpx.stream("POST", base + case["path"], json=case["body"], timeout=120) as reply:
+        assert reply.status_code == case["exit"], reply.read()
+        for line in reply.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                chunks.append(json.loads(line[len("data: "):]))
+    assert chunks and "error" not in chunks[-1], chunks[-1:]
+    *before, last = chunks
+    if case.get("silent"):
+        for chunk in before:
+            for choice in chunk["choices"]:
+                if choice["index"] == 0:
+                    assert not (choice.get("delta") or {}).get("content"), chunk
+                    assert not choice.get("text"), chunk
+            assert (chunk.get("confide") or {}).get("index") != 0, chunk
+    content = "".join((c.get("delta") or {}).get("content") or c.get("text") or ""
+                      for chunk in chunks for c in chunk["choices"] if c["index"] == 0)
+    for word in case["words"]:
+        assert word.lower() in content.lower(), (word, content)
+    for key, value in case.get("confide", {}).items():
+        assert last["confide"][key] == value, (key, last["confide"])
 
 
 def _http_case(case: dict[str, Any], base: str) -> None:

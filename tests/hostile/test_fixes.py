@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from confide.cli import app
 from confide.errors import InvalidInputError, StoreDamaged
 from confide.grading import grade
 from confide.options import check_option
-from confide.runner import RunConfig
+from confide.plan import RunConfig
 from confide.store import RunStore
 from confide.tasks import load_task
 from tests.hostile.test_corpus import damage, stored_run
@@ -127,6 +128,82 @@ def test_every_output_option_creates_missing_folders(tmp_path):
         assert (deep / target).is_file()
 
 
+# Path options that name what a command reads; every other Path option is an output.
+_INPUTS = {("run", "fewshot"), ("score", "greedy_file"), ("eval", "with_"),
+           ("fit", "background"), ("serve", "calibrator"), ("serve", "policy"),
+           ("abstain", "calibrator"), ("route", "small_run"), ("route", "large_run")}
+_FLAGS = {"out": ("--out", "-o"), "json_out": ("--json",), "log_run": ("--log-run",)}
+
+
+def _path_options() -> list[tuple[str, str]]:
+    import typing
+
+    found = []
+    for command in app.registered_commands:
+        name = command.name or command.callback.__name__.strip("_")
+        for param, hint in typing.get_type_hints(command.callback, include_extras=True).items():
+            if typing.get_origin(hint) is not typing.Annotated:
+                continue
+            base, info, *_ = typing.get_args(hint)
+            kinds = {base, *typing.get_args(base)}
+            kinds |= {k for kind in list(kinds) for k in typing.get_args(kind)}
+            if Path in kinds and type(info).__name__ == "OptionInfo":
+                found.append((name, param))
+    return found
+
+
+def test_every_output_option_of_every_command_has_an_unwritable_path_case():
+    from tests.hostile.test_corpus import CASES
+
+    outputs = [(c, p) for c, p in _path_options() if (c, p) not in _INPUTS]
+    assert len(outputs) >= 10
+    for command, param in outputs:
+        assert param in _FLAGS, f"{command} {param}: a new Path option; input or output?"
+        cases = [c for c in CASES if c["kind"] == "cli" and c["args"][0] == command
+                 and any(a in _FLAGS[param] and b.startswith("/proc/")
+                         for a, b in zip(c["args"], c["args"][1:], strict=False))]
+        assert cases, f"no case writes {command} {_FLAGS[param][0]} to /proc"
+        assert all(c["exit"] == 1 for c in cases)
+        assert any("cannot write" in c["words"] for c in cases), command
+
+
+def test_writable_file_leaves_an_existing_file_and_no_new_one(tmp_path):
+    from confide.outputs import writable_dir, writable_file
+
+    old = tmp_path / "old.json"
+    old.write_text("kept")
+    assert writable_file(old, "--out") == old and old.read_text() == "kept"
+    new = tmp_path / "a" / "b" / "new.json"
+    assert writable_file(new, "--out") == new and not new.exists() and new.parent.is_dir()
+    assert writable_file("/dev/null", "--out") == Path("/dev/null")
+    with pytest.raises(InvalidInputError, match="--out: cannot create its folder"):
+        writable_file("/proc/a/b/x.json", "--out")
+    assert writable_dir(tmp_path / "run" / "deeper", "--out") == tmp_path / "run" / "deeper"
+    assert not (tmp_path / "run").exists()  # a folder is checked, not made
+    assert not list(tmp_path.glob(".confide-probe-*"))
+    with pytest.raises(InvalidInputError, match="is a file; give a folder"):
+        writable_dir(old, "--out")
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0,
+                    reason="root writes into read-only folders")
+def test_read_only_folder_is_refused_with_the_option_named(tmp_path):
+    from confide.outputs import writable_dir, writable_file
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        with pytest.raises(InvalidInputError, match="--json: cannot write a file there"):
+            writable_file(folder / "t.json", "--json")
+        with pytest.raises(InvalidInputError, match="--out: cannot create its folder"):
+            writable_file(folder / "sub" / "t.json", "--out")
+        with pytest.raises(InvalidInputError, match="--out: cannot write a file there"):
+            writable_dir(folder / "run", "--out")
+    finally:
+        folder.chmod(0o755)
+
+
 def test_report_does_not_embed_the_data_files_folder(tmp_path, hf_model):
     import confide
 
@@ -156,6 +233,33 @@ def test_damaged_store_is_named_and_export_recovers_the_readable_records(tmp_pat
     assert 0 < len(rows) < 40  # a page lost, the rest kept, in order
     ids = [r["id"] for r in rows]
     assert ids == sorted(ids)
+
+
+def test_export_of_a_store_with_a_garbage_max_rowid_ends_and_recovers(tmp_path):
+    import subprocess
+
+    run = stored_run(tmp_path / "run", n=40)
+    damage(run, "rowid")  # once: an endless walk to max(rowid) ≈ 2**61
+    out = tmp_path / "saved.jsonl"
+    try:
+        done = subprocess.run([sys.executable, "-m", "confide.cli", "export", str(run),
+                               "--out", str(out)], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("export of a damaged store ran past 60 s")
+    assert done.returncode == 0, done.stdout + done.stderr
+    ids = [json.loads(line)["id"] for line in out.read_text().splitlines()]
+    assert 30 <= len(ids) < 40 and ids == sorted(ids)
+
+
+def test_eval_refuses_a_run_without_records_as_the_report_does(tmp_path):
+    run = stored_run(tmp_path / "run")
+    damage(run, "norecords")
+    messages = []
+    for args in (["eval", str(run)], ["report", str(run)]):
+        result = runner.invoke(app, args, env={"COLUMNS": "300"})
+        assert result.exit_code == 1, result.output
+        messages.append(" ".join(result.output.split()))
+    assert messages[0] == messages[1] and "holds no records yet" in messages[0]
 
 
 def test_resume_refuses_a_damaged_store_without_writing(tmp_path):

@@ -272,3 +272,30 @@ def test_serve_deadline_answers_504_when_the_upstream_stalls():
             response = httpx.post(f"{url}/chat/completions", timeout=30, json={
                 "model": "m", "messages": [{"role": "user", "content": "Q?"}]})
     assert response.status_code == 504 and time.monotonic() - began < 2.5
+
+
+def test_serve_limit_errors_quote_the_servers_limits_not_the_general_ones():
+    from pydantic import ValidationError
+
+    from confide.serve.guards import RequestError, check_limits
+    from confide.serve.models import ChatCompletionRequest
+
+    def request(**fields):
+        return ChatCompletionRequest.model_validate(
+            {"model": "m", "messages": [{"role": "user", "content": "hi"}], **fields})
+
+    limits = Limits()  # n <= 8, max_tokens <= 512
+    for fields, words in [({"n": 200}, "n: at most 8 choices per request, got 200"),
+                          ({"max_tokens": 2_000_000}, "max_tokens: at most 512, got 2000000"),
+                          ({"max_completion_tokens": 2_000_000},
+                           "max_completion_tokens: at most 512")]:
+        with pytest.raises(RequestError) as caught:
+            check_limits(request(**fields), limits)
+        assert words in caught.value.message and "128" not in caught.value.message
+    for fields in ({"n": 0}, {"max_tokens": 0}, {"n": 1.5}):  # refused below, as before
+        with pytest.raises(ValidationError):
+            request(**fields)
+    with pytest.raises(InvalidInputError, match="max_n: must be an integer >= 1 and <= 128"):
+        Limits(max_n=500)  # a server limit lies within the general range
+    with pytest.raises(InvalidInputError, match="max_tokens"):
+        Limits(max_tokens=0)

@@ -124,9 +124,10 @@ def test_early_abstention_ends_the_stream_with_the_message(hf_model):
         bad = httpx.post(f"{url}/chat/completions", timeout=30, json={
             "model": "smollm2", "messages": QUESTION, "confide": {"early_abstain_below": 1.5}})
     texts, tokens, last = _collect(chunks)
-    assert len(tokens) == 2  # stopped after the two tokens the policy waits for
-    assert texts[0].endswith("Ask a human.")
+    assert tokens == []  # the two tokens the policy waited for were never sent
+    assert texts[0] == "Ask a human."
     info = last.confide
+    assert info["sent_before_abstention"] == ""
     assert info["decision"] == "abstain" and info["decided_on"] == "early_abstention"
     assert "fell below 0.999 after 2 tokens" in info["decision_reason"]
     assert info["confidences"]["length"] == -2.0  # the scores describe what was generated
@@ -276,3 +277,58 @@ def test_sse_events_are_well_formed():
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
     assert len({c["id"] for c in chunks}) == 1
+
+
+# -- early abstention withholds what it has not checked (no model: the fault server's
+# token t has log p = -0.25 t, so the running confidence after t tokens is exp(-(t+1)/8):
+# 0.779, 0.687, 0.607, 0.535, 0.472)
+
+def _stream_chunks(url, confide, **body):
+    with httpx.stream("POST", f"{url}/chat/completions", timeout=30, json={
+            "model": "m", "messages": [{"role": "user", "content": "Q?"}], "stream": True,
+            "confide": confide, **body}) as response:
+        assert response.status_code == 200
+        return [json.loads(line.removeprefix("data: ")) for line in response.iter_lines()
+                if line.startswith("data: ") and line != "data: [DONE]"]
+
+
+def _sent(chunks):
+    """Choice 0's content in token chunks, and the last chunk."""
+    return "".join(c["choices"][0].get("delta", {}).get("content") or ""
+                   for c in chunks[:-1]), chunks[-1]
+
+
+@pytest.mark.parametrize("below, after, n_sent", [
+    (0.78, 1, 0),  # fires at token 1: the first token ("La") is never sent
+    (0.65, 3, 0),  # fires at token 3 = after: tokens 1 and 2 were held, never sent
+    (0.65, 1, 2),  # fires at token 3 > after: tokens 1 and 2 passed their checks
+    (0.5, 2, 4),   # fires at token 5
+])
+def test_stream_sends_no_token_before_its_early_abstention_check(below, after, n_sent):
+    with FaultServer(answer_words=3, token_delay=0.0) as upstream, \
+            running(_upstream_app(upstream, abstain_message="Ask a human.")) as url:
+        chunks = _stream_chunks(url, {"early_abstain_below": below,
+                                      "early_abstain_after": after})
+    sent, last = _sent(chunks)
+    token_chunks = [c for c in chunks[:-1] if (c.get("confide") or {}).get("index") == 0]
+    assert len(token_chunks) == n_sent
+    assert [c["confide"]["n_tokens"] for c in token_chunks] == list(range(1, n_sent + 1))
+    assert all(c["confide"]["running_confidence"] >= below for c in token_chunks)
+    info = last["confide"]
+    assert info["decided_on"] == "early_abstention"
+    assert info["sent_before_abstention"] == sent
+    rest = last["choices"][0]["delta"]["content"]
+    assert rest == ("\n\n" if sent else "") + "Ask a human."
+
+
+def test_stream_sends_a_short_answer_the_policy_never_judged_whole_at_its_end():
+    with FaultServer(answer_words=3, token_delay=0.0) as upstream, \
+            running(_upstream_app(upstream)) as url:
+        held = _stream_chunks(url, {"early_abstain_below": 0.01, "early_abstain_after": 50})
+        plain = _stream_chunks(url, {})
+    assert _sent(held)[0] + (held[-1]["choices"][0]["delta"].get("content") or "") == \
+        _sent(plain)[0] + (plain[-1]["choices"][0]["delta"].get("content") or "")
+    tokens = [c["confide"] for c in held[:-1] if (c.get("confide") or {}).get("index") == 0]
+    assert [t["n_tokens"] for t in tokens] == [1, 2, 3, 4, 5]  # all of them, in order
+    assert held[-1]["confide"]["decision"] is None
+

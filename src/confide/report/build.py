@@ -23,13 +23,14 @@ from typing import Any
 from jinja2 import Environment, PackageLoader
 from markupsafe import Markup
 
-from confide.errors import InvalidInputError, StoreError
+from confide.errors import InvalidInputError
 from confide.evaluation import RunComparison, scorer_order
+from confide.formatting import fmt_interval
+from confide.outputs import writable_file, write_text
 from confide.records import Record
 from confide.report.data import SUMMARY_METRICS, RunView, run_comparison, run_view
 from confide.report.svg import Series, colour, line_chart, reliability_chart
 from confide.store import RunStore
-from confide.formatting import fmt_interval
 
 __all__ = ["build_report", "render_report", "write_comparison", "write_report"]
 
@@ -64,6 +65,7 @@ def _environment() -> Environment:
                       trim_blocks=True, lstrip_blocks=True)
     env.filters["fmt"] = _fmt
     env.filters["interval"] = fmt_interval
+    env.filters["percent"] = lambda x: "–" if x is None or math.isnan(x) else f"{x:.0%}"
     return env
 
 
@@ -177,7 +179,8 @@ def build_report(run_dirs: Sequence[str | Path], *, n_resamples: int = 1000,
     for run_dir, name in zip(run_dirs, names, strict=True):
         records, config, skipped = _load(run_dir)
         if not records:
-            raise StoreError(f"{run_dir}: the run holds no records yet")
+            with RunStore.open(run_dir) as store:
+                raise store.no_records()
         run_seed = int(config.get("seed", 0)) if seed is None else seed
         views.append(run_view(records, name=name, path=str(run_dir), config=config,
                               scorers=scorer_order(config, skipped, records),
@@ -196,19 +199,15 @@ def _unique_names(paths: Sequence[Path]) -> list[str]:
 
 def write_report(run_dir: str | Path, out: str | Path | None = None, **options: Any) -> Path:
     """Write the report of one stored run (default: ``RUN/report.html``) and return its path."""
-    target = Path(out) if out is not None else Path(run_dir) / REPORT_NAME
-    html = build_report([run_dir], **options)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(html, encoding="utf-8")
-    return target
+    if out is None:  # in the run's folder, which exists once the run is read
+        return write_text(Path(run_dir) / REPORT_NAME, build_report([run_dir], **options), "out")
+    target = writable_file(out, "out")  # before the work
+    return write_text(target, build_report([run_dir], **options), "out")
 
 
 def write_comparison(run_dirs: Sequence[str | Path], out: str | Path, **options: Any) -> Path:
     """Write the side-by-side comparison of several stored runs and return its path."""
     if len(run_dirs) < 2:
         raise InvalidInputError("compare needs at least two runs", field="runs")
-    html = build_report(run_dirs, **options)
-    target = Path(out)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(html, encoding="utf-8")
-    return target
+    target = writable_file(out, "out")
+    return write_text(target, build_report(run_dirs, **options), "out")

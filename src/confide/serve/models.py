@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from confide.options import check_option, check_stop
+from confide.options import RANGES, check_option, check_stop
 
 __all__ = ["ChatCompletionRequest", "ChatMessage", "CompletionRequest", "ConfideOptions",
            "Limits", "StreamOptions", "TextPart"]
@@ -22,7 +22,14 @@ __all__ = ["ChatCompletionRequest", "ChatMessage", "CompletionRequest", "Confide
 
 @dataclass(frozen=True)
 class Limits:
-    """What one request may ask for."""
+    """What one request may ask for.
+
+    ``max_n`` and ``max_tokens`` are the limits a request is held to, and the ones its
+    error quotes ("n: at most 8 choices per request"); they lie within confide's
+    general ranges (``confide.options.RANGES``: ``n``, ``max_new_tokens``), which
+    the request models check only from below, so a request over the server's
+    limit is never told the general one.
+    """
 
     max_n: int = 8
     max_tokens: int = 512
@@ -30,6 +37,11 @@ class Limits:
     max_prompt_chars: int = 32_000
     max_messages: int = 64
     max_body_bytes: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        check_option("n", self.max_n, field="max_n")
+        check_option("max_new_tokens", self.max_tokens, field="max_tokens")
+        check_option("max_new_tokens", self.default_max_tokens, field="default_max_tokens")
 
 
 class TextPart(BaseModel):
@@ -73,6 +85,17 @@ class StreamOptions(BaseModel):
     include_usage: bool | None = None
 
 
+def _at_least(name: str, value: Any) -> Any:
+    """``check_option`` without the general upper bound: an integer above it is left to the
+    server's own, smaller limit (:class:`Limits`, checked by the app), whose error quotes
+    the limit actually enforced."""
+    high = RANGES[name].high
+    if isinstance(value, int) and not isinstance(value, bool) and high is not None \
+            and value > high:
+        return value
+    return check_option(name, value, field="")
+
+
 class GenerationRequest(BaseModel):
     """The fields chat and text completions share."""
 
@@ -93,9 +116,14 @@ class GenerationRequest(BaseModel):
     @field_validator("max_tokens")
     @classmethod
     def _budget(cls, value: int | None) -> int | None:
-        return None if value is None else check_option("max_new_tokens", value, field="")
+        return None if value is None else _at_least("max_new_tokens", value)
 
-    @field_validator("n", "temperature", "top_p")
+    @field_validator("n")
+    @classmethod
+    def _choices(cls, value: int) -> int:
+        return _at_least("n", value)
+
+    @field_validator("temperature", "top_p")
     @classmethod
     def _ranged(cls, value: Any, info: Any) -> Any:
         return None if value is None else check_option(info.field_name, value, field="")
@@ -133,7 +161,7 @@ class ChatCompletionRequest(GenerationRequest):
     @field_validator("max_completion_tokens")
     @classmethod
     def _completion_budget(cls, value: int | None) -> int | None:
-        return None if value is None else check_option("max_new_tokens", value, field="")
+        return None if value is None else _at_least("max_new_tokens", value)
 
     @field_validator("top_logprobs")
     @classmethod

@@ -16,6 +16,22 @@ A streamed chat reply is a sequence of ``data: {json}`` events, ended by
    ``confide.decision_reason`` says why it stopped; when a policy abstains only
    after the full answer was sent, ``confide.abstain_message`` holds the message.
 
+Early abstention and what a client has seen: a token of choice 0 is sent only
+once the running confidence has been checked with it
+(:class:`confide.streaming.AnswerStream`): the first ``after - 1`` tokens wait
+for token ``after`` and go out together with it when it passes, every later
+token goes out after its own check, and the token on which the policy fires is
+never sent. So when the policy fires at token ``after``, nothing of the answer
+was sent and the message is the whole content; when it fires at token ``t``
+later, the client has received the first ``t - 1`` tokens (each passed the
+check), followed by ``"\n\n"`` and the message. The last chunk's
+``confide.sent_before_abstention`` holds exactly that sent text ("" when nothing
+was sent), so a client can withdraw it. An answer shorter than ``after`` tokens
+is sent whole when it ends. Waiting for the check delays token ``t < after`` by
+``after - t`` token times (the first by ``after - 1``) and no later token (figures
+in :mod:`confide.streaming`); the wait never trips the timeout for the next
+token, since the whole answer is held to the same timeout.
+
 A failure after the reply has begun (the upstream cut the stream, sent a
 malformed chunk, or went silent for longer than the timeout) ends the stream
 with an event ``data: {"error": {...}}`` in the API's error shape, which the
@@ -123,7 +139,8 @@ class StreamReply:
         for i, gen in enumerate(gens):
             rest = answer.closing_delta(i, gen.text)
             if i == 0 and answer.abstained is not None:
-                sent = answer.choices[0].emitted
+                sent = answer.choices[0].sent
+                info["sent_before_abstention"] = sent
                 rest = ("\n\n" if sent else "") + abstain_message
             elif i == 0 and info.get("decision") == "abstain":
                 info["abstain_message"] = abstain_message
@@ -160,7 +177,14 @@ async def event_stream(job: Any, shape: StreamReply, *,
 
     answer = AnswerStream(sink, n_choices=job.body.n, stop=job.spec.stop, early=job.early)
     task = asyncio.ensure_future(generate(job, answer))
-    task.add_done_callback(lambda _: loop.call_soon_threadsafe(updates.put_nowait, _END))
+
+    def ended(_: Any = None) -> None:  # on the loop, after every token the model sent
+        for held in answer.finish():  # a short answer the policy never judged
+            updates.put_nowait(held)
+        updates.put_nowait(_END)
+
+    task.add_done_callback(lambda _: loop.call_soon_threadsafe(ended))
+
     outcome = ["cancelled"]
 
     def record(_: Any = None) -> None:
