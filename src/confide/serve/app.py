@@ -45,7 +45,8 @@ stream's last chunk) then carries the abstention message, ``decision:
 
 ``GET /v1/models`` lists the served model, ``GET /health`` says what is
 loaded (with ``log_run``, how many replies were stored in the traffic run and how
-many could not be: :mod:`confide.serve.traffic`). Every error is in the OpenAI error shape: invalid requests get 400,
+many could not be: :mod:`confide.serve.traffic`). Every error is in the OpenAI
+error shape: invalid requests get 400,
 a model name other than the served one 404 (``model_not_found``), an unknown
 path 404, a wrong method 405, a body over ``Limits.max_body_bytes`` 413
 (counted as it arrives, so a chunked body is never read past the limit); an

@@ -16,8 +16,12 @@ def build_app(*, model: str, backend: str = "hf", base_url: str | None = None,
               abstain_message: str | None = None, limits: Limits | None = None,
               timeout: float = 120.0, concurrency: int = 8, max_batch: int = 1,
               early_abstain_below: float | None = None, early_abstain_after: int = 4,
-              summary_samples: int = 0, long_form: bool = False) -> Any:
+              summary_samples: int = 0, long_form: bool = False,
+              log_run: str | None = None) -> Any:
     """The FastAPI app for ``confide serve`` (model loaded, decisions loaded).
+
+    ``log_run``: store every reply as a record of the run in that directory
+    (:mod:`confide.serve.traffic`).
 
     ``long_form``: each reply lists the answer's claims with their confidences
     (the claim scorers that need no samples, so a reply costs no extra sampling).
@@ -44,14 +48,16 @@ def build_app(*, model: str, backend: str = "hf", base_url: str | None = None,
     loaded = load_backend(backend, model, **options)
     claims = None
     if long_form:
-        from confide.claims import CLAIM_SCORERS, DEFAULT_CLAIM_SCORERS, ClaimConfig
+        from confide.claims import DEFAULT_CLAIM_SCORERS, ClaimConfig
+        from confide.scorers import SCORERS
 
         claims = ClaimConfig(grader=None, scorers=tuple(
-            s for s in DEFAULT_CLAIM_SCORERS if not CLAIM_SCORERS[s].n_samples))
+            s for s in DEFAULT_CLAIM_SCORERS if not SCORERS[s].n_samples))
     return create_app(loaded, scorers=scorers, calibrator=cal, policy=pol,
                       abstain_message=abstain_message or DEFAULT_ABSTAIN_MESSAGE,
                       limits=limits, timeout=timeout, max_batch=max_batch,
-                      early_abstention=early, summary_samples=summary_samples, claims=claims)
+                      early_abstention=early, summary_samples=summary_samples, claims=claims,
+                      log_run=log_run)
 
 
 def serve(app: Any, *, host: str = "127.0.0.1", port: int = 8000,

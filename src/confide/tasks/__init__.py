@@ -53,7 +53,9 @@ def load_task(name_or_path: str, *, limit: int | None = None, data_path: str | N
         :mod:`confide.tasks.prompts`), ``num_fewshot`` (exemplars in completion
         prompts), ``chat_fewshot`` (exemplar turns in chat prompts),
         ``max_new_tokens``. Task-specific ones (``subject`` for ``mmlu``, the
-        field mapping for user files, ...) are documented by each loader.
+        field mapping and ``prompt``/``fewshot`` for user files: k-shot with
+        TriviaQA's exemplars for short-answer QA by default, see
+        :mod:`confide.tasks.files`, ...) are documented by each loader.
         Unknown options raise.
 
     Returns
@@ -79,9 +81,13 @@ def load_task(name_or_path: str, *, limit: int | None = None, data_path: str | N
             raise InvalidInputError("is a directory; --task takes a task name (confide tasks) "
                                     f"or a data file ({', '.join(SUFFIXES)})", file=name_or_path)
         if name_or_path.startswith("hf:"):
-            result = load_hf_dataset(name_or_path[3:], on_bad_record=on_bad_record, **options)
+            result = load_hf_dataset(name_or_path[3:], on_bad_record=on_bad_record,
+                                     default_fewshot=builtin.triviaqa_exemplars,
+                                     long_form=bool(common.get("long_form")), **options)
         elif Path(name_or_path).suffix.lower() in SUFFIXES and Path(name_or_path).is_file():
-            result = load_user_file(name_or_path, on_bad_record=on_bad_record, **options)
+            result = load_user_file(name_or_path, on_bad_record=on_bad_record,
+                                    default_fewshot=builtin.triviaqa_exemplars,
+                                    long_form=bool(common.get("long_form")), **options)
         elif Path(name_or_path).suffix.lower() in SUFFIXES:
             raise InvalidInputError("no such file", file=name_or_path)
         else:

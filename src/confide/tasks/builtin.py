@@ -21,7 +21,7 @@ from confide.tasks.base import (DATA_DIR, LETTERS, BadRecords, Task, file_sha256
 from confide.tasks.files import iter_csv, iter_jsonl
 from confide.tasks.prompts import FORMATS, SHORT_ANSWER
 
-__all__ = ["BFCL_CATEGORIES", "mmlu_subjects"]
+__all__ = ["BFCL_CATEGORIES", "mmlu_subjects", "triviaqa_exemplars"]
 
 
 def _data_file(default: Path, data_path: str | None) -> Path:
@@ -80,6 +80,13 @@ def _triviaqa_items(path: Path, bad: BadRecords, id_prefix: str) -> list[Item]:
     return items
 
 
+def triviaqa_exemplars() -> list[Item]:
+    """TriviaQA's five bundled exemplars (the full file's last five questions): the k-shot
+    prompt of TriviaQA and, by default, of a user's short-answer QA file
+    (:mod:`confide.tasks.files`)."""
+    return _triviaqa_items(_TQA_DIR / "fewshot.jsonl", BadRecords("raise"), "triviaqa-fewshot")
+
+
 @task("triviaqa", format="open_qa", grader="contains",
       source="Joshi et al. 2017, TriviaQA (MosaicML Eval Gauntlet subsample, Apache-2.0)")
 def triviaqa(*, data_path: str | None = None, bad: BadRecords, **options: Any) -> Task:
@@ -94,8 +101,7 @@ def triviaqa(*, data_path: str | None = None, bad: BadRecords, **options: Any) -
     """
     pop_options(options, {}, "triviaqa")
     path = _data_file(_TQA_DIR / "triviaqa_sm_sub.head500.jsonl", data_path)
-    fewshot = _triviaqa_items(_TQA_DIR / "fewshot.jsonl", BadRecords("raise"),
-                              "triviaqa-fewshot")
+    fewshot = triviaqa_exemplars()
     items, dropped = _drop_exemplars(_triviaqa_items(path, bad, "triviaqa"), fewshot)
     return Task(name="triviaqa", items=items, grader="contains", max_new_tokens=32,
                 stop=["\n"], format="open_qa", templates=dict(SHORT_ANSWER),

@@ -29,6 +29,34 @@ Field mapping for the user's own data (all keyword options of ``load_task``):
     (the ``labels`` claim grader of :mod:`confide.claims.grading` reads them).
 ``grader`` / ``format`` / ``max_new_tokens``
     Defaults ``"contains"`` (``"choice"`` with choices) / ``"open_qa"`` / 32.
+
+How a user's open-domain QA file is prompted (``prompt``, ``fewshot``):
+
+``prompt="auto"`` (default)
+    ``"kshot"`` for a short-answer QA file: format ``open_qa`` (no choices) and
+    references whose median length (each item's shortest reference) is at most
+    :data:`SHORT_ANSWER_WORDS` words; ``"chat"`` otherwise (long references, or no
+    references to tell). Asked in a chat turn, the bundled instruct model answers in
+    sentences; continuing ``Question:/Answer:`` exemplars it answers in a few words
+    (``benchmarks/own_qa.py``), as the built-in TriviaQA prompts every model.
+``prompt="kshot"``
+    The k-shot completion prompt of TriviaQA
+    (:data:`~confide.tasks.prompts.SHORT_ANSWER`) for every model, instruct or base,
+    with TriviaQA's five exemplars (:func:`~confide.tasks.builtin.triviaqa_exemplars`,
+    given by :func:`~confide.tasks.load_task`) unless ``fewshot`` names others.
+    Open-domain QA only (refused with choices or another ``format``).
+``prompt="chat"``
+    The format's chat prompt for instruct models (the prompt of earlier versions);
+    with ``fewshot``, its exemplars become chat turns. Long answers (``long_form``)
+    always get it.
+``fewshot`` (a file path)
+    Exemplars in the same format and field mapping as the data; each needs a
+    reference (its first is the exemplar's answer). All of its records are
+    exemplars, in file order; an evaluated item with the same question as an
+    exemplar is dropped (counted in the options as ``excluded_as_exemplars``).
+
+Both are stored in the task's options (with the exemplar file's sha256), so a run
+resumed with another prompt is refused. Multiple-choice files keep their prompt.
 """
 
 from __future__ import annotations
@@ -36,7 +64,9 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Iterator
+import statistics
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +74,15 @@ from confide.errors import InvalidInputError
 from confide.records import Item
 from confide.tasks.base import LETTERS, BadRecords, Task, file_sha256, pop_options
 
-__all__ = ["SUFFIXES", "claim_labels", "iter_csv", "iter_json_array", "iter_jsonl",
-           "iter_parquet",
-           "load_hf_dataset",
-           "load_user_file", "records_to_items"]
+__all__ = ["PROMPTS", "SHORT_ANSWER_WORDS", "SUFFIXES", "claim_labels", "iter_csv",
+           "iter_json_array", "iter_jsonl", "iter_parquet", "load_hf_dataset",
+           "load_user_file", "records_to_items", "short_answers"]
 
 SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
+#: ``prompt=`` of a user's data file (see the module docstring).
+PROMPTS = ("auto", "kshot", "chat")
+#: ``prompt="auto"``: references of at most this many words (median) are short answers.
+SHORT_ANSWER_WORDS = 5
 
 
 def _not_utf8(path: Path, line: int, raw: bytes, exc: UnicodeDecodeError) -> InvalidInputError:
@@ -361,12 +394,112 @@ def _starts_with_array(path: Path) -> bool:
 _MAPPING_DEFAULTS: dict[str, Any] = {
     "question_field": "question", "reference_field": None, "alias_separator": None,
     "id_field": None, "choices_field": None, "grader": None, "format": None,
-    "max_new_tokens": None, "stop": None,
+    "max_new_tokens": None, "stop": None, "prompt": None, "fewshot": None,
 }
+_FIELD_KEYS = ("question_field", "reference_field", "alias_separator", "id_field",
+               "choices_field")
+
+
+def short_answers(items: list[Item]) -> bool:
+    """Whether the items' references are short answers: the median over items of the
+    shortest reference's word count is at most :data:`SHORT_ANSWER_WORDS` (False with
+    no references).
+
+    >>> short_answers([Item("a", "Capital of Peru?", ["Lima"])])
+    True
+    >>> short_answers([Item("a", "Why?", ["Because the sky scatters blue light more."])])
+    False
+    """
+    lengths = [min(len(r.split()) for r in it.references) for it in items if it.references]
+    return bool(lengths) and statistics.median(lengths) <= SHORT_ANSWER_WORDS
+
+
+def _prompt_kind(asked: Any, fmt: str, items: list[Item], fewshot: Any,
+                 long_form: bool) -> str:
+    if asked is None:
+        asked = "auto"
+    if asked not in PROMPTS:
+        raise InvalidInputError(f"must be one of {', '.join(PROMPTS)}, not {asked!r}",
+                                field="prompt")
+    if long_form and (asked == "kshot" or fewshot is not None):
+        raise InvalidInputError("long answers (long_form) are asked for in a chat turn; "
+                                "k-shot exemplars are for short answers",
+                                field="prompt" if asked == "kshot" else "fewshot")
+    if long_form:
+        return "chat"
+    if fmt != "open_qa" and (asked == "kshot" or fewshot is not None):
+        raise InvalidInputError(
+            f"k-shot exemplars are for open-domain QA files (no choices); this task's "
+            f"format is {fmt!r}", field="prompt" if asked == "kshot" else "fewshot")
+    if asked == "auto":
+        return "kshot" if fmt == "open_qa" and short_answers(items) else "chat"
+    return str(asked)
+
+
+def _fewshot_file(path: Any, mapping: dict[str, Any]) -> tuple[list[Item], str]:
+    """The exemplars of a ``fewshot`` file (the data's mapping) and the file's sha256."""
+    p = Path(str(path))
+    if not p.is_file():
+        raise InvalidInputError("no such file", file=str(p), field="fewshot")
+    bad = BadRecords("raise")
+    try:
+        items = records_to_items(_rows(p, bad), source=str(p), stem=p.stem, bad=bad,
+                                 **{k: mapping[k] for k in _FIELD_KEYS})
+    except OSError as exc:
+        raise InvalidInputError(f"cannot read: {exc.strerror or exc}", file=str(p)) from exc
+    if not items:
+        raise InvalidInputError("no exemplars in the few-shot file", file=str(p),
+                                field="fewshot")
+    for it in items:
+        if not it.references:
+            field = mapping["reference_field"] or "references"
+            raise InvalidInputError(f"exemplar {it.id!r} has no answer (a few-shot exemplar "
+                                    "is answered with its first reference)", file=str(p),
+                                    field=field if isinstance(field, str) else field[0])
+    return [replace(it, id=f"fewshot:{it.id}") for it in items], file_sha256(p)
+
+
+def _prompting(mapping: dict[str, Any], fmt: str, items: list[Item],
+               default_fewshot: Callable[[], list[Item]] | None, long_form: bool
+               ) -> tuple[list[Item], dict[str, Any]]:
+    """The prompt settings of a user's task (module docstring): the evaluated items (less
+    any that are exemplars) and the :class:`Task` fields of the prompt.
+    ``default_fewshot``: the exemplars of ``kshot`` without a ``fewshot`` file
+    (:func:`~confide.tasks.load_task` gives TriviaQA's)."""
+    kind = _prompt_kind(mapping["prompt"], fmt, items, mapping["fewshot"], long_form)
+    if kind == "kshot" or mapping["prompt"] is not None:  # a chat run's identity is as before
+        mapping["prompt"] = kind
+    fields: dict[str, Any] = {}
+    if kind == "kshot" or mapping["fewshot"] is not None:
+        if mapping["fewshot"] is not None:
+            fewshot, mapping["fewshot_sha256"] = _fewshot_file(mapping["fewshot"], mapping)
+        elif default_fewshot is not None:
+            fewshot = default_fewshot()
+        else:
+            raise InvalidInputError("k-shot prompts need exemplars: name a fewshot file",
+                                    field="fewshot")
+        questions = {ex.prompt for ex in fewshot if isinstance(ex.prompt, str)}
+        kept = [it for it in items if not (isinstance(it.prompt, str)
+                                           and it.prompt in questions)]
+        if len(kept) < len(items):
+            mapping["excluded_as_exemplars"] = len(items) - len(kept)
+        if not kept:
+            raise InvalidInputError("no usable records: every record is a few-shot exemplar",
+                                    field="fewshot")
+        items = kept
+        fields["fewshot"] = fewshot
+        fields["num_fewshot" if kind == "kshot" else "chat_fewshot"] = len(fewshot)
+    if kind == "kshot":
+        from confide.tasks.prompts import SHORT_ANSWER
+
+        fields["templates"] = dict(SHORT_ANSWER)
+    return items, fields
 
 
 def _finish_user_task(name: str, items: list[Item], mapping: dict[str, Any], *,
-                      data_file: str, sha: str | None, bad: BadRecords) -> Task:
+                      data_file: str, sha: str | None, bad: BadRecords,
+                      default_fewshot: Callable[[], list[Item]] | None,
+                      long_form: bool) -> Task:
     mc = mapping["choices_field"] is not None
     fmt = mapping["format"] or ("multiple_choice" if mc else "open_qa")
     from confide.tasks.prompts import FORMATS
@@ -375,6 +508,7 @@ def _finish_user_task(name: str, items: list[Item], mapping: dict[str, Any], *,
         raise InvalidInputError(f"unknown format {fmt!r}; known: {sorted(FORMATS)}",
                                 field="format")
     default_tokens = {"reasoning": 256, "generation": 64, "function_calling": 128}.get(fmt, 32)
+    items, prompting = _prompting(mapping, fmt, items, default_fewshot, long_form)
     return Task(
         name=name, items=items, grader=mapping["grader"] or ("choice" if mc else "contains"),
         max_new_tokens=mapping["max_new_tokens"] or default_tokens,
@@ -382,33 +516,42 @@ def _finish_user_task(name: str, items: list[Item], mapping: dict[str, Any], *,
         else ([] if fmt == "reasoning" else ["\n"]),
         format=fmt, data_file=data_file, data_sha256=sha,
         options={k: v for k, v in mapping.items() if v is not None},
-        skipped=list(bad.skipped), source="user data")
+        skipped=list(bad.skipped), source="user data", **prompting)
 
 
-def load_user_file(path: str | Path, *, on_bad_record: str = "raise",
-                   **options: Any) -> Task:
-    """Load the user's JSONL / CSV / Parquet file as a task (mapping in the module docstring)."""
-    p = Path(path)
-    if not p.is_file():
-        raise InvalidInputError("no such file", file=str(p))
-    mapping = pop_options(options, _MAPPING_DEFAULTS, p.name)
-    bad = BadRecords(on_bad_record)
+def _rows(p: Path, bad: BadRecords) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The reader of ``p`` by its suffix (a ``.json`` file may hold one array)."""
     suffix = p.suffix.lower()
     try:
         array = suffix == ".json" and _starts_with_array(p)
     except OSError as exc:
         raise InvalidInputError(f"cannot read: {exc.strerror or exc}", file=str(p)) from exc
     if array:
-        rows = iter_json_array(p, bad)
-    elif suffix in (".jsonl", ".json"):
-        rows = iter_jsonl(p, bad)
-    elif suffix == ".csv":
-        rows = iter_csv(p, bad)
-    elif suffix == ".parquet":
-        rows = iter_parquet(p, bad)
-    else:
-        raise InvalidInputError(f"unsupported file type {suffix!r}; use one of {SUFFIXES}",
-                                file=str(p))
+        return iter_json_array(p, bad)
+    if suffix in (".jsonl", ".json"):
+        return iter_jsonl(p, bad)
+    if suffix == ".csv":
+        return iter_csv(p, bad)
+    if suffix == ".parquet":
+        return iter_parquet(p, bad)
+    raise InvalidInputError(f"unsupported file type {suffix!r}; use one of {SUFFIXES}",
+                            file=str(p))
+
+
+def load_user_file(path: str | Path, *, on_bad_record: str = "raise",
+                   default_fewshot: Callable[[], list[Item]] | None = None,
+                   long_form: bool = False, **options: Any) -> Task:
+    """Load the user's JSONL / CSV / Parquet file as a task (mapping in the module docstring).
+
+    ``default_fewshot`` gives the exemplars of a k-shot prompt without a ``fewshot`` file;
+    ``long_form`` (long answers asked for) keeps the chat prompt.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidInputError("no such file", file=str(p))
+    mapping = pop_options(options, _MAPPING_DEFAULTS, p.name)
+    bad = BadRecords(on_bad_record)
+    rows = _rows(p, bad)
     try:
         items = records_to_items(rows, source=str(p), stem=p.stem, bad=bad,
                                  **{k: mapping[k] for k in ("question_field", "reference_field",
@@ -420,12 +563,14 @@ def load_user_file(path: str | Path, *, on_bad_record: str = "raise",
         skipped = f"; {len(bad.skipped)} bad record(s) skipped" if bad.skipped else ""
         raise InvalidInputError(f"no usable records{skipped}", file=str(p))
     return _finish_user_task(p.stem, items, mapping, data_file=str(p.resolve()),
-                             sha=file_sha256(p), bad=bad)
+                             sha=file_sha256(p), bad=bad, default_fewshot=default_fewshot,
+                             long_form=long_form)
 
 
 def load_hf_dataset(name: str, *, split: str = "test", hf_config: str | None = None,
                     on_bad_record: str = "raise", load_kwargs: dict[str, Any] | None = None,
-                    **options: Any) -> Task:
+                    default_fewshot: Callable[[], list[Item]] | None = None,
+                    long_form: bool = False, **options: Any) -> Task:
     """Load a Hugging Face ``datasets`` dataset by name (``"hf:<name>"``) or from disk.
 
     ``name`` is passed to ``datasets.load_dataset(name, hf_config, split=split,
@@ -462,4 +607,5 @@ def load_hf_dataset(name: str, *, split: str = "test", hf_config: str | None = N
         raise InvalidInputError("no usable records", file=source)
     mapping.update(split=split, hf_config=hf_config, load_kwargs=load_kwargs)
     return _finish_user_task(Path(name).name or name, items, mapping, data_file=source,
-                             sha=getattr(ds, "_fingerprint", None), bad=bad)
+                             sha=getattr(ds, "_fingerprint", None), bad=bad,
+                             default_fewshot=default_fewshot, long_form=long_form)
