@@ -289,18 +289,20 @@ def rauq(record: Record, ctx: ScoringContext) -> float:
     return rauq_value(logprobs, previous, float(alpha))
 
 
-def attention_score_value(self_attention: np.ndarray) -> float:
-    r"""Mean over heads of the summed log self-attention of every position.
+def attention_score_value(self_attention: np.ndarray, *, start: int = 0,
+                          mean: bool = False) -> float:
+    r"""Mean over heads of the summed (``mean``: averaged) log self-attention of the
+    positions from ``start`` on.
 
-    .. math:: c = \frac{1}{H}\sum_{h=1}^{H}\sum_{i} \log\big(A^{(h)}_{ii} + \epsilon\big)
+    .. math:: c = \frac{1}{H}\sum_{h=1}^{H}\sum_{i \ge s} \log\big(A^{(h)}_{ii} + \epsilon\big)
 
     ``self_attention[h, i]`` is :math:`A^{(h)}_{ii}`.
 
     >>> round(attention_score_value(np.array([[1.0, 0.5], [1.0, 0.25]])), 6)  # (ln .5 + ln .25)/2
     -1.039721
     """
-    a = np.asarray(self_attention, dtype=np.float64)
-    return float(np.mean(np.log(a + ATTENTION_EPSILON).sum(-1)))
+    a = np.log(np.asarray(self_attention, dtype=np.float64)[:, start:] + ATTENTION_EPSILON)
+    return float(np.mean(a.mean(-1) if mean else a.sum(-1)))
 
 
 @scorer("attention_score", needs={Need.ATTENTIONS}, cost=Cost.MODEL_CALLS)
@@ -314,8 +316,12 @@ def attention_score(record: Record, ctx: ScoringContext) -> float:
     (:func:`attention_score_value`). The causal attention matrix is lower
     triangular, so its log-determinant is the sum of the log diagonal: how
     much each position attends to itself rather than to its context, over
-    prompt and answer. :math:`\epsilon = 10^{-12}`. Not length-normalised,
-    as in the paper. ``ctx.options["attention_layer"]`` chooses another layer.
+    prompt and answer. :math:`\epsilon = 10^{-12}`. The paper's formula sums
+    over the whole sequence, unnormalised; this is the default because it is
+    also LM-Polygraph's default, so the two can be compared. The authors'
+    code instead averages over the response's positions:
+    :func:`attention_score_response`. ``ctx.options["attention_layer"]``
+    chooses another layer.
 
     Equals LM-Polygraph's ``AttentionScore`` (default: whole sequence, layer
     :math:`\lfloor L/2 \rfloor`; :math:`c = -U`) on the same attention
@@ -326,11 +332,45 @@ def attention_score(record: Record, ctx: ScoringContext) -> float:
     (attention score).
     """
     _, diagonal = _attention(record, ctx)
+    return _finite_attention(attention_score_value(_attention_layer(diagonal, ctx)))
+
+
+@scorer("attention_score_response", needs={Need.ATTENTIONS}, cost=Cost.MODEL_CALLS)
+def attention_score_response(record: Record, ctx: ScoringContext) -> float:
+    r"""LLM-Check's attention score as the authors' code computes it: the response's mean.
+
+    .. math:: c = \frac{1}{H}\sum_{h=1}^{H} \frac{1}{T}\sum_{i=p}^{p+T-1}
+              \log\big(A^{(l,h)}_{ii} + \epsilon\big), \qquad l = \lfloor L/2 \rfloor
+
+    over the answer's :math:`T` positions after the prompt's :math:`p`, so
+    it does not grow with the length of prompt or answer (unlike
+    :func:`attention_score`, the paper's formula over the whole sequence).
+
+    >>> round(attention_score_value(np.array([[1.0, 0.5], [1.0, 0.25]]), start=1,
+    ...                             mean=True), 6)  # (ln .5 + ln .25) / 2
+    -1.039721
+
+    References: [1] Sriramanan et al., 2024, "LLM-Check: Investigating
+    Detection of Hallucinations in Large Language Models", NeurIPS
+    (attention score; the response-span average of its released code).
+    """
+    length, diagonal = _attention(record, ctx)
+    if diagonal.shape[-1] <= length:
+        raise CannotScore("no answer positions in the attention weights")
+    return _finite_attention(attention_score_value(_attention_layer(diagonal, ctx),
+                                                   start=length, mean=True))
+
+
+def _attention_layer(diagonal: np.ndarray, ctx: ScoringContext) -> np.ndarray:
+    """The layer LLM-Check reads (the middle one, or ``ctx.options["attention_layer"]``)."""
     layer = ctx.options.get("attention_layer")
     layer = diagonal.shape[0] // 2 if layer is None else int(layer)
     if not -diagonal.shape[0] <= layer < diagonal.shape[0]:
         raise CannotScore(f"attention layer {layer} outside the model's {diagonal.shape[0]}")
-    value = attention_score_value(diagonal[layer])
+    return diagonal[layer]
+
+
+def _finite_attention(value: float) -> float:
     if not math.isfinite(value):
         raise CannotScore("attention weights are not finite")
     return value
