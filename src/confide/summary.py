@@ -18,7 +18,7 @@ shown rounded to 5% ("under 5%" below 2.5%), the resolution a reader can use;
 the exact shares stay in :attr:`UncertaintySummary.options`.
 
 How faithful such a summary is to the sampled distribution is measured by
-:func:`confide.selfreflect.selfreflect_score`.
+:func:`confide.selfreflect.selfreflect_distance`.
 
 References: [1] Kuhn, Gal & Farquhar, 2023, "Semantic Uncertainty", ICLR.
 [2] Kirchhof et al., 2025, "SelfReflect: Can LLMs Communicate Their Internal

@@ -16,10 +16,9 @@ from typing import Any
 
 from confide.errors import InvalidInputError
 from confide.records import Item
-from confide.tasks.base import (DATA_DIR, LETTERS, BadRecords, Task, file_sha256, pop_options,
-                                task)
-from confide.tasks.files import iter_csv, iter_jsonl
+from confide.tasks.base import DATA_DIR, LETTERS, BadRecords, Task, file_sha256, pop_options, task
 from confide.tasks.prompts import FORMATS, SHORT_ANSWER
+from confide.tasks.readers import iter_csv, iter_jsonl
 
 __all__ = ["BFCL_CATEGORIES", "mmlu_subjects", "triviaqa_exemplars"]
 
