@@ -13,10 +13,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from confide.errors import InvalidInputError, UnknownNameError
-from confide.ingest import (DETECTION_ORDER, FORMATS, ImportedStream, detect_format,
-                            read_generations)
-from confide.ingest.common import (Step, answer_length, build_generation, capabilities_of,
-                                   check_logprob, iter_json_records)
+from confide.ingest import DETECTION_ORDER, FORMATS, ImportedStream, detect_format, read_generations
+from confide.ingest.common import (
+    Step,
+    answer_length,
+    build_generation,
+    capabilities_of,
+    check_logprob,
+    iter_json_records,
+)
 
 DATA = Path(__file__).parent / "data"
 LN2 = math.log(2)

@@ -44,12 +44,13 @@ from typing import Any
 from confide.errors import InvalidInputError
 from confide.ingest import jsonl, llamacpp, lmeval, openai, vllm  # noqa: F401 (register)
 from confide.ingest.common import FORMATS, BadField, Context, Imported, capabilities_of, \
-    iter_json_records
+    decode_line, file_layout, is_blank, iter_json_records
 from confide.ingest.lmeval import option_probability
 from confide.tasks.base import BadRecords
 
 __all__ = ["ANSWER_MODES", "DETECTION_ORDER", "FORMATS", "Imported", "ImportedStream",
-           "detect_format", "option_probability", "read_generations"]
+           "decode_line", "detect_format", "duplicate_id", "file_layout", "is_blank",
+           "option_probability", "parse_value", "read_generations"]
 
 #: Formats tried by ``format="auto"``, in this order (the loosest last).
 DETECTION_ORDER = ("lmeval", "openai", "vllm", "llamacpp", "jsonl")
@@ -189,33 +190,51 @@ def read_generations(path: str | Path, format: str = "auto", *, answer: str = "f
     return ImportedStream(p, fmt, records, bad)
 
 
+def parse_value(obj: Any, line: int, path: Path, fmt: str, *, label_field: str | None = None,
+                entropy_bounds: bool = True) -> Imported:
+    """One record (a decoded JSON value, or the :class:`BadField` of one that could not be
+    decoded) at ``line`` of ``path`` in format ``fmt``, as :class:`Imported`.
+
+    The one reading of a record: :func:`read_generations` and an import's worker
+    processes (:mod:`confide.importing`) both call it; duplicate ids are the caller's
+    to find. Raises :class:`~confide.errors.InvalidInputError` (``file:line: field:``)
+    for a bad record.
+    """
+    source = str(path)
+    if isinstance(obj, BadField):
+        raise InvalidInputError(obj.message, file=source, line=line, field=obj.field)
+    if not isinstance(obj, dict):
+        raise InvalidInputError(f"expected a JSON object, got {type(obj).__name__}",
+                                file=source, line=line, field="record")
+    ctx = Context(source=source, stem=path.stem, line=line, label_field=label_field,
+                  entropy_bounds=entropy_bounds)
+    try:
+        return FORMATS[fmt].parse(obj, ctx)
+    except BadField as exc:
+        raise InvalidInputError(exc.message, file=source, line=line, field=exc.field) from None
+    except RecursionError:
+        raise InvalidInputError("nested too deeply", file=source, line=line,
+                                field="record") from None
+
+
+def duplicate_id(item_id: str, line: int, path: Path) -> InvalidInputError:
+    """The error for a record at ``line`` whose id an earlier record of ``path`` has."""
+    return InvalidInputError(f"duplicate id {item_id!r}", file=str(path), line=line,
+                             field="id")
+
+
 def _records(path: Path, fmt: str, bad: BadRecords, *, label_field: str | None,
              entropy_bounds: bool) -> Iterator[Imported]:
-    source = str(path)
-    parse = FORMATS[fmt].parse
     seen: set[str] = set()
-    for line, obj in iter_json_records(path, source):
-        if isinstance(obj, BadField):
-            bad.bad(InvalidInputError(obj.message, file=source, line=line, field=obj.field))
-            continue
-        if not isinstance(obj, dict):
-            bad.bad(InvalidInputError(f"expected a JSON object, got {type(obj).__name__}",
-                                      file=source, line=line, field="record"))
-            continue
-        ctx = Context(source=source, stem=path.stem, line=line, label_field=label_field,
-                      entropy_bounds=entropy_bounds)
+    for line, obj in iter_json_records(path, str(path)):
         try:
-            record = parse(obj, ctx)
-        except BadField as exc:
-            bad.bad(InvalidInputError(exc.message, file=source, line=line, field=exc.field))
-            continue
-        except RecursionError:
-            bad.bad(InvalidInputError("nested too deeply", file=source, line=line,
-                                      field="record"))
+            record = parse_value(obj, line, path, fmt, label_field=label_field,
+                                 entropy_bounds=entropy_bounds)
+        except InvalidInputError as exc:
+            bad.bad(exc)
             continue
         if record.item.id in seen:
-            bad.bad(InvalidInputError(f"duplicate id {record.item.id!r}", file=source,
-                                      line=line, field="id"))
+            bad.bad(duplicate_id(record.item.id, record.line, path))
             continue
         seen.add(record.item.id)
         yield record

@@ -58,6 +58,7 @@ record bad, and the error names ``file:line: field:``.
 from __future__ import annotations
 
 import codecs
+import itertools
 import json
 import math
 from collections.abc import Callable, Iterable, Iterator
@@ -68,21 +69,20 @@ from typing import IO, Any
 import numpy as np
 
 from confide.backends.openai_logprobs import answer_length
-from confide.backends.vllm import topk_statistics
 from confide.errors import InvalidInputError
 from confide.records import Generation, Item, Record
 from confide.registry import Registry
 
 __all__ = ["BadField", "CHUNK", "Context", "FORMATS", "Imported", "LogFormat", "Step",
            "answer_length", "build_generation", "capabilities_of", "check_logprob",
-           "check_prob", "entropy_bounds", "get_list", "get_str", "iter_json_records",
-           "label_from", "need_list", "references_from", "text_prompt"]
+           "check_prob", "decode_line", "entropy_bounds", "file_layout", "get_list",
+           "get_str", "is_blank", "iter_json_records", "label_from", "need_list",
+           "references_from", "text_prompt"]
 
 #: Bytes read at a time when streaming a JSON array or pretty-printed objects.
 CHUNK = 1 << 16
 # The lower entropy bound does not depend on the vocabulary size (only the upper one
-# does); topk_statistics asks for one, so a nominal size larger than any top-k is given.
-_NOMINAL_VOCAB = 1 << 40
+# does): :func:`_lower_bound` needs none.
 # Statistics an imported record can provide, in the order they are checked.
 _TOKEN_STATS = ("token_logprobs", "top_logprobs", "token_entropies")
 
@@ -365,7 +365,7 @@ def entropy_bounds(steps: list[Step]) -> tuple[np.ndarray | None, dict[str, str]
         finite = [v for _, v in top if v > -math.inf]
         if not finite:
             return None, {}
-        values.append(topk_statistics(finite, known, _NOMINAL_VOCAB)[0])
+        values.append(_lower_bound(finite, known))
         widths.add(len(finite))
     if not widths:
         return np.zeros(0, dtype=np.float32), {}
@@ -373,6 +373,22 @@ def entropy_bounds(steps: list[Step]) -> tuple[np.ndarray | None, dict[str, str]
     shown = str(lo) if lo == hi else f"{lo} to {hi}"
     return np.asarray(values, dtype=np.float32), {
         "token_entropies": f"lower bounds from the top {shown} log-probabilities of each token"}
+
+
+def _lower_bound(top: list[float], known: list[float]) -> float:
+    r""":func:`~confide.backends.vllm.topk_statistics`' lower entropy bound of one step, in
+    plain Python: a step has a handful of values, for which numpy's per-call cost was
+    most of a log's reading time (``benchmarks/import_speed.py``). With :math:`S` the
+    top-k and ``known``, :math:`R = \max(0, 1 - \sum_S p_i)` and :math:`p_{(k)}` the
+    least of the top-k: :math:`H \ge -\sum_S p_i \log p_i + R\,(-\log p_{(k)})`."""
+    seen = 0.0
+    mass = 0.0
+    for value in itertools.chain(top, known):
+        p = math.exp(value)
+        mass += p
+        seen -= p * value
+    tail = 1.0 - mass
+    return seen + tail * -min(top) if tail > 0.0 else seen
 
 
 def capabilities_of(greedy: Generation, samples: list[Generation]) -> frozenset[str]:
@@ -418,24 +434,47 @@ def iter_json_records(path: Path, source: str) -> Iterator[tuple[int, Any]]:
             yield from _iter_values(fh, source, array=layout == "array")
 
 
+def file_layout(path: Path) -> str:
+    """``"lines"`` (JSON Lines), ``"array"`` (one JSON array) or ``"values"``
+    (pretty-printed objects): how :func:`iter_json_records` reads ``path``."""
+    with path.open("rb") as fh:
+        return _layout(fh)
+
+
+_BLANK = object()
+
+
+def decode_line(raw: bytes, n: int) -> Any:
+    """The JSON value of line ``n`` of a JSON Lines file: the value, a :class:`BadField`
+    (not UTF-8, not JSON), or :data:`_BLANK` for a blank line. One line is read alike
+    wherever it is read (:func:`iter_json_records`, or a worker process of an import)."""
+    if n == 1:
+        raw = raw.removeprefix(codecs.BOM_UTF8)
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return BadField("encoding", f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at "
+                                    f"column {exc.start + 1}); save the file as UTF-8")
+    if not line.strip():
+        return _BLANK
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        return BadField("record", f"malformed JSON ({exc.msg} at column {exc.colno})")
+    except RecursionError:
+        return BadField("record", "JSON nested too deeply")
+
+
+def is_blank(value: Any) -> bool:
+    """Whether :func:`decode_line` found a blank line."""
+    return value is _BLANK
+
+
 def _iter_lines(fh: IO[bytes], source: str) -> Iterator[tuple[int, Any]]:
     for n, raw in enumerate(fh, start=1):
-        if n == 1:
-            raw = raw.removeprefix(codecs.BOM_UTF8)
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            yield n, BadField("encoding", f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at "
-                                          f"column {exc.start + 1}); save the file as UTF-8")
-            continue
-        if not line.strip():
-            continue
-        try:
-            yield n, json.loads(line)
-        except json.JSONDecodeError as exc:
-            yield n, BadField("record", f"malformed JSON ({exc.msg} at column {exc.colno})")
-        except RecursionError:
-            yield n, BadField("record", "JSON nested too deeply")
+        value = decode_line(raw, n)
+        if value is not _BLANK:
+            yield n, value
 
 
 class _Buffer:

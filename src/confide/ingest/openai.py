@@ -57,6 +57,7 @@ entropy bounds are added.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from confide.backends.openai_logprobs import MalformedResponse, generation_from_choice
@@ -68,6 +69,7 @@ from confide.records import Generation, Item
 __all__ = ["looks_like", "parse"]
 
 _OBJECTS = ("chat.completion", "text_completion")
+_NUMBER = (float, int)  # exact types: a bool is not a log-probability
 
 
 def _is_response(value: Any) -> bool:
@@ -135,9 +137,34 @@ def _prompt(obj: dict[str, Any], request: dict[str, Any] | None
     return ""
 
 
+def _chat_well_formed(content: list[Any]) -> bool:
+    """Whether every entry of ``logprobs.content`` is well formed, in one tight loop (the
+    common case; :func:`_check_chat` names the field at fault otherwise)."""
+    inf = math.inf
+    try:
+        for entry in content:
+            lp = entry["logprob"]
+            if type(entry["token"]) is not str or type(lp) not in _NUMBER or not -inf < lp <= 0:
+                return False
+            alts = entry.get("top_logprobs")
+            if alts is None:
+                continue
+            if type(alts) is not list:
+                return False
+            for alt in alts:
+                v = alt["logprob"]
+                if type(alt["token"]) is not str or type(v) not in _NUMBER or not -inf < v <= 0:
+                    return False
+    except (KeyError, TypeError):
+        return False
+    return True
+
+
 def _check_chat(lp: dict[str, Any], where: str) -> None:
     content = lp.get("content")
     if content is None:
+        return
+    if isinstance(content, list) and _chat_well_formed(content):
         return
     if not isinstance(content, list):
         raise BadField(f"{where}.content", "must be a list")
@@ -184,10 +211,12 @@ def _steps_of(gen: Generation) -> list[Step]:
     """The kept tokens as steps; a sampled token may be listed beyond the top-k."""
     if gen.token_logprobs is None or gen.top_logprobs is None or gen.top_tokens is None:
         return []
-    return [Step(token, float(lp), sorted(zip(tops, map(float, values)), key=lambda tv: -tv[1]),
+    # One .tolist() per array: iterating numpy scalars was most of this function's time.
+    return [Step(token, lp, sorted(zip(tops, values, strict=True), key=lambda tv: -tv[1]),
                  extra_possible=True)
-            for token, lp, tops, values in zip(gen.tokens, gen.token_logprobs, gen.top_tokens,
-                                               gen.top_logprobs)]
+            for token, lp, tops, values in zip(gen.tokens, gen.token_logprobs.tolist(),
+                                               gen.top_tokens, gen.top_logprobs.tolist(),
+                                               strict=True)]
 
 
 def _choice(choice: Any, where: str, ctx: Context) -> tuple[Generation, dict[str, str]]:

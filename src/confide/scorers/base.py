@@ -41,7 +41,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Literal, overload
+from typing import Literal, TypeVar, overload
 
 from confide.errors import CannotScore, UnknownNameError
 from confide.records import Claim, Record
@@ -118,7 +118,7 @@ SCORERS: Registry[ScorerSpec] = Registry("scorer")
 EMPTY_ANSWER = "empty answer: nothing to put a confidence on"
 EMPTY_CLAIM = "empty claim: nothing to put a confidence on"
 
-F = Callable[..., object]
+F = TypeVar("F", bound=Callable[..., object])  # a decorated scorer keeps its type
 
 
 def scorer(name: str, *, level: Level = "answer", needs: Iterable[Need] = (),

@@ -185,3 +185,59 @@ def length(record: Record) -> float:
         raise CannotScore("empty answer: no tokens to count" if not record.greedy.text
                           else "the backend gave no tokens")
     return -float(n)
+
+
+@scorer("option_probability", needs={Need.CHOICE_LOGLIKELIHOODS}, probability=True)
+def option_probability(record: Record) -> float:
+    r"""Probability of the chosen option, renormalised over a multiple-choice item's options.
+
+    .. math::
+
+        c = \frac{e^{\ell_a}}{\sum_{j=1}^{n} e^{\ell_j}}
+          = \frac{1}{\sum_j e^{\ell_j - \ell_a}}
+
+    where :math:`\ell_j = \log p(\text{option}_j \mid \text{prompt})` is the
+    log-likelihood the model gives option :math:`j`'s text and :math:`a` the
+    option the answer is. For lm-evaluation-harness ``loglikelihood`` records
+    (:mod:`confide.ingest.lmeval`) the answer is the option of largest
+    log-likelihood, as the harness's ``acc`` takes it, so :math:`c = \max_j
+    e^{\ell_j} / \sum_j e^{\ell_j}`
+    (:func:`confide.ingest.lmeval.option_probability`).
+
+    Reads ``item.metadata["choices"]`` and ``item.metadata["choice_loglikelihoods"]``
+    (what the lmeval reader stores); an answer that is none of the options, or
+    missing or malformed log-likelihoods, cannot be scored.
+
+    Returns a probability in :math:`[1/n, 1]` for the argmax option (in
+    :math:`(0, 1]` otherwise); higher means more likely correct. One option gives 1.
+
+    References: [1] Kadavath et al., 2022, "Language Models (Mostly) Know What
+    They Know", arXiv:2207.05221 (option probabilities as calibrated confidence on
+    multiple-choice questions); [2] Gao et al., 2021/2024, lm-evaluation-harness
+    (``loglikelihood`` requests, ``acc`` by the argmax option).
+
+    >>> from confide.records import Generation, Item, Record
+    >>> item = Item("q", "2+2?", metadata={"choices": ["4", "5", "6"],
+    ...                                    "choice_loglikelihoods": [-1.0, -2.0, -3.0]})
+    >>> round(option_probability(Record(item, Generation(text="4"))), 6)
+    0.665241
+    """
+    meta = record.item.metadata
+    choices, values = meta.get("choices"), meta.get("choice_loglikelihoods")
+    if not isinstance(choices, list) or not isinstance(values, list):
+        raise CannotScore("the item has no options with log-likelihoods "
+                          "(metadata choices and choice_loglikelihoods)")
+    if len(choices) != len(values) or not choices:
+        raise CannotScore(f"{len(choices)} options but {len(values)} log-likelihoods")
+    try:
+        ll = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise CannotScore("an option's log-likelihood is not a number") from None
+    if not np.all(np.isfinite(ll)):
+        raise CannotScore("an option's log-likelihood is not finite")
+    texts = [str(c).strip() for c in choices]
+    answer = record.greedy.text.strip()
+    if answer not in texts:
+        raise CannotScore("the answer is none of the item's options")
+    a = texts.index(answer)
+    return float(1.0 / np.exp(ll - ll[a]).sum())
