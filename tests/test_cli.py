@@ -214,10 +214,10 @@ def test_cli_run_default_answers_200_bundled_triviaqa_questions():
     scorers: benchmarks/prompting.py), with the 5-shot prompt that keeps answers short."""
     import inspect
 
-    from confide import cli
+    from confide.cli.making import run
     from confide.tasks import load_task
 
-    params = inspect.signature(cli.run).parameters
+    params = inspect.signature(run).parameters
     task = load_task(params["task"].default, limit=params["limit"].default)
     assert params["limit"].default == len(task.items) == 200
     prompt = task.render(task.items[0], chat=True)  # the bundled model has a chat template

@@ -81,7 +81,8 @@ def _pack_hidden(record: Record) -> bytes | None:
     if not arrays:
         return None
     buf = io.BytesIO()
-    np.savez(buf, **arrays)  # plain arrays, no pickle
+    # numpy's stub: mypy reads **arrays as able to fill savez's `allow_pickle: bool` too
+    np.savez(buf, **arrays)  # type: ignore[arg-type]  # plain arrays, no pickle
     return buf.getvalue()
 
 

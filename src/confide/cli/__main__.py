@@ -1,0 +1,5 @@
+"""``python -m confide.cli``."""
+
+from confide.cli import main
+
+main()

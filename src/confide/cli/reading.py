@@ -1,0 +1,212 @@
+"""Commands that read stored runs: ``eval``, ``report``, ``compare``, ``export``, ``fit``,
+and the listings ``scorers``, ``tasks``, ``metrics``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+
+from confide.cli.app import app, console, err_console, output_file, user_errors
+from confide.errors import InvalidInputError
+
+
+@app.command(name="report")
+def report_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="run directory")],
+    out: Annotated[Optional[Path], typer.Option("--out", "-o",
+                                                help="HTML file (default: RUN/report.html)")
+                   ] = None,
+    resamples: Annotated[int, typer.Option(help="bootstrap resamples for the intervals")] = 1000,
+) -> None:
+    """Write a self-contained HTML report of a stored run (offline; the model is not loaded)."""
+    from confide import api
+
+    if out is not None:
+        out = output_file(out, "--out")
+    with user_errors():
+        path = api.make_report(run_dir, out, n_resamples=resamples)
+    console.print(f"wrote {path}")
+
+
+@app.command()
+def compare(
+    run_dirs: Annotated[list[Path], typer.Argument(help="two or more run directories")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="HTML file")] = Path("compare.html"),
+    resamples: Annotated[int, typer.Option(help="bootstrap resamples for the intervals")] = 1000,
+) -> None:
+    """Compare runs side by side in one HTML file, with paired differences on shared items."""
+    from confide import api
+
+    with user_errors():
+        if len(run_dirs) < 2:
+            raise InvalidInputError("compare needs at least two runs", field="RUN_DIRS")
+        out = output_file(out, "--out")
+        path = api.make_report(list(run_dirs), out, n_resamples=resamples)
+    console.print(f"wrote {path}")
+
+
+@app.command()
+def scorers() -> None:
+    """List the registered scorers by family and cost, with their level (answer or claim)
+    and what they need."""
+    from confide.render import print_table
+    from confide.scorers import FAMILIES, SCORERS, Cost
+
+    families = list(dict.fromkeys([*FAMILIES, *(spec.family for spec in SCORERS.values())]))
+    costs = list(Cost)
+    rows = []
+    for family in families:
+        specs = sorted((s for s in SCORERS.values() if s.family == family),
+                       key=lambda s: (costs.index(s.cost), s.name))
+        rows += [[spec.name, family, spec.cost.value, spec.level,
+                  ", ".join(sorted(n.value for n in spec.needs)) or "–", escape(spec.summary)]
+                 for spec in specs]
+    print_table(console, ["scorer", "family", "cost", "level", "needs", "summary"], rows)
+
+
+@app.command()
+def tasks() -> None:
+    """List the built-in tasks with size, format and default grader."""
+    from confide.render import print_table
+    from confide.tasks import TASKS, load_task
+
+    rows = []
+    with user_errors():
+        for spec in TASKS.values():
+            loaded = load_task(spec.name)
+            rows.append([spec.name, str(len(loaded.items)), spec.format, spec.grader,
+                         escape(spec.summary)])
+    print_table(console, ["task", "items (bundled)", "format", "grader", "summary"], rows)
+
+
+@app.command()
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="run directory")],
+    fmt: Annotated[str, typer.Option("--format", help="jsonl, csv or parquet (one row per "
+                                                      "record), or openai (response objects)")
+                   ] = "jsonl",
+    out: Annotated[Optional[Path], typer.Option(help="output file")] = None,
+) -> None:
+    """Export a run's records: one row per record, one column per scorer and grader."""
+    from confide.exports import export_run
+    from confide.store import RunStore
+
+    with user_errors(), RunStore.open(run_dir) as store:  # also a damaged store: recovers
+        path = export_run(store, fmt, out)
+        unreadable = store.unreadable
+    console.print(f"wrote {path}")
+    if unreadable:
+        err_console.print(f"[yellow]{unreadable} damaged record(s) could not be read[/yellow]")
+
+
+@app.command(name="eval")
+def eval_(
+    run_dir: Annotated[Path, typer.Argument(help="run directory")],
+    grader: Annotated[Optional[str], typer.Option(help="grader stored in the run")] = None,
+    metrics: Annotated[str, typer.Option(help="comma-separated metric names (see "
+                                              "confide metrics)")] = "auroc,prr,aurc",
+    prr_cutoff: Annotated[float, typer.Option(help="PRR: largest rejection fraction")] = 0.5,
+    coverage: Annotated[float, typer.Option(help="risk_at_coverage: coverage")] = 0.8,
+    risk: Annotated[float, typer.Option(help="coverage_at_risk: tolerated risk")] = 0.1,
+    n_bins: Annotated[int, typer.Option(help="calibration metrics: bins")] = 10,
+    resamples: Annotated[int, typer.Option(help="bootstrap resamples")] = 1000,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="write the table as JSON")
+                        ] = None,
+    with_: Annotated[Optional[list[Path]], typer.Option(
+        "--with", help="add the scores of a fitted probe/combiner (confide fit); repeatable")
+                     ] = None,
+) -> None:
+    """Recompute every metric of a stored run (no model, no regeneration, no rescoring)."""
+    from confide import api
+    from confide.render import render_eval_table
+
+    if json_out is not None:
+        json_out = output_file(json_out, "--json")
+    names = tuple(m.strip() for m in metrics.split(",") if m.strip())
+    options = {"prr": {"max_rejection": prr_cutoff}, "risk_at_coverage": {"coverage": coverage},
+               "coverage_at_risk": {"risk": risk},
+               **{m: {"n_bins": n_bins} for m in ("ece", "ece_mass", "ace")}}
+    with user_errors():
+        result = api.open_run(run_dir)
+        if with_:
+            api.apply_learned(result, with_)
+        table = result.evaluate(grader=grader, metrics=names, n_resamples=resamples,
+                                metric_options={k: v for k, v in options.items() if k in names})
+    render_eval_table(console, table, title=str(run_dir), skipped=result.skipped_scorers)
+    from confide.store import RunStore
+
+    with user_errors(), RunStore.open(run_dir) as store:  # imported runs: bounds, not values
+        for stat, note in (store.get_meta("approximate", {}) or {}).items():
+            console.print(f"  note: {escape(stat)} are {escape(note)}")
+    if json_out:
+        from confide.outputs import write_text
+
+        with user_errors():
+            write_text(json_out, json.dumps(table.to_dict(), indent=2), "--json")
+        console.print(f"wrote {json_out}")
+
+
+@app.command(name="fit")
+def fit_(
+    run_dir: Annotated[Path, typer.Argument(help="graded run to train on")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="model file to write (JSON)")],
+    kind: Annotated[str, typer.Option(
+        help="probe, lens (probe + token features), combiner, or a hidden-state density: "
+             "mahalanobis, relative_mahalanobis, huq")] = "probe",
+    layer: Annotated[str, typer.Option(
+        help="probe/lens: hidden key (8:mean, -1:last), a layer (8 = 8:mean) or 'best'")
+                     ] = "best",
+    scorers: Annotated[Optional[str], typer.Option(
+        help="combiner: comma-separated input scorers (default: all in the run)")] = None,
+    estimator: Annotated[str, typer.Option(
+        help="combiner: logistic, boosting or auto (whichever cross-validates better)")
+                         ] = "logistic",
+    grader: Annotated[Optional[str], typer.Option(help="grade that labels correctness")] = None,
+    folds: Annotated[int, typer.Option(help="cross-fitting folds")] = 5,
+    seed: Annotated[int, typer.Option(help="fold and tree seed")] = 0,
+    name: Annotated[Optional[str], typer.Option(help="score name (default: KIND:RUN)")] = None,
+    background: Annotated[Optional[Path], typer.Option(
+        help="relative_mahalanobis: a run of the same model on other text")] = None,
+) -> None:
+    """Fit a hidden-state probe, density model or scorer combiner on a graded run; apply with
+    eval --with."""
+    from confide import api
+    from confide.render import print_table
+
+    chosen = [s.strip() for s in scorers.split(",") if s.strip()] if scorers else None
+    out = output_file(out, "--out")
+    with user_errors():
+        model = api.fit_learned(run_dir, kind=kind, out=out, layer=layer, scorers=chosen,
+                                estimator=estimator, grader=grader, n_folds=folds, seed=seed,
+                                **({"name": name} if name else {}),
+                                **({"background": background} if background else {}))
+    if kind != "combiner" and (stale := api.open_run(run_dir).hidden_states_note):
+        err_console.print(f"[yellow]warning[/yellow]: {escape(stale)}")
+    rep = model.report
+    auroc = rep.get("oof_auroc")
+    console.print(f"{model.kind} [bold]{escape(model.name)}[/bold] on {rep['n']} graded items "
+                  f"({rep['n_correct']} correct): chosen {escape(str(rep['chosen']))}; "
+                  f"cross-fitted AUROC "
+                  + ("–" if auroc is None else f"{auroc:.3f}"))
+    weights = rep.get("weights") or rep.get("token_weights") or rep.get("importances")
+    if weights:
+        print_table(console, ["input", "importance" if "importances" in rep else "weight"],
+                    [[escape(key), "–" if value is None else f"{value:+.3f}"]
+                     for key, value in sorted(weights.items(), key=lambda kv: -abs(kv[1] or 0.0))])
+    console.print(f"wrote {out}")
+
+
+@app.command(name="metrics")
+def list_metrics() -> None:
+    """List the registered evaluation metrics."""
+    from confide.metrics import METRICS
+    from confide.render import print_table
+
+    print_table(console, ["metric", "kind", "direction", "on probabilities", "summary"],
+                [[spec.name, spec.kind, "higher better" if spec.higher_is_better
+                  else "lower better", "yes" if spec.needs_probabilities else "",
+                  escape(spec.summary)] for spec in METRICS.values()])
