@@ -51,7 +51,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("evaluation", ("confide.evaluation", "confide.claims.evaluation")),
     # the run loop, here or over Ray workers; a stored run and its table; the claim stage
     ("runs", ("confide.runner", "confide.distributed", "confide.runs", "confide.claims.run",
-             "confide.importing", "confide.labels", "confide.exports")),
+             "confide.importing", "confide.import_scoring", "confide.labels",
+             "confide.exports")),
     ("decisions", ("confide.decisions", "confide.learned", "confide.density",
                    "confide.claims")),  # refine: acting on claim confidences
     ("outputs", ("confide.report", "confide.serve")),

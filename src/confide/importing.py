@@ -56,44 +56,40 @@ stored text is the same either way (``tests/test_importing.py``). Figures:
 
 from __future__ import annotations
 
-import collections
 import hashlib
 import itertools
-import math
-import multiprocessing
-import os
 import re
-import signal
 import time
-import warnings
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from confide.errors import InvalidInputError, StoreError
 from confide.grading import GRADERS
+from confide.import_scoring import (
+    LABEL_GRADE,
+    PARALLEL_MIN_BYTES,
+    ScorerPlan,
+    Setup,
+    keep_notes,
+    score_here,
+    score_in_workers,
+    worker_count,
+)
 from confide.ingest import (
     Imported,
-    decode_line,
     duplicate_id,
-    file_layout,
-    is_blank,
-    parse_value,
     read_generations,
 )
 from confide.judges import default_judge, make_judge
-from confide.pipeline import grade_record
 from confide.plan import QUESTIONS_GRADER
-from confide.records import Generation, Record
 from confide.runner import check_backend, check_output
 from confide.scorers import (
     SCORERS,
     Cost,
     Need,
     ScorerSpec,
-    ScoringContext,
-    run_scorer,
     scorer_at,
     scorers_at,
 )
@@ -103,8 +99,6 @@ from confide.tasks.base import BadRecords
 __all__ = ["BATCH_SIZE", "ImportOutcome", "LABEL_GRADE", "MODEL_NEEDS", "PARALLEL_MIN_BYTES",
            "SCORER_SETS", "import_file", "import_scorers"]
 
-#: The grade a record's own label is stored as.
-LABEL_GRADE = "label"
 #: Records stored per transaction (``benchmarks/import_speed.py`` measures the choice).
 BATCH_SIZE = 256
 #: Needs only the model itself can meet: an imported log never does.
@@ -115,8 +109,6 @@ _FULL = frozenset({Need.FULL_DISTRIBUTION, Need.RENYI_UNIFORM, Need.FISHER_RAO_U
 #: What an imported record can hold.
 _IMPORTABLE = frozenset({Need.TOKEN_LOGPROBS, Need.TOP_LOGPROBS, Need.TOKEN_ENTROPIES,
                          Need.SAMPLES, Need.CHOICE_LOGLIKELIHOODS})
-_STATS = ("token_logprobs", "top_logprobs", "token_entropies", "token_kl_uniform",
-          "token_renyi_uniform", "token_fisher_rao_uniform")
 #: Keywords ``scorers=`` takes besides names: ``"all"`` (the default) and ``"free"``.
 SCORER_SETS = ("all", "free")
 
@@ -237,54 +229,6 @@ def _scorer_names(scorers: str | Iterable[str] | None) -> tuple[str, ...]:
     return names
 
 
-def _generation_caps(gen: Generation) -> set[str]:
-    return {s for s in _STATS if getattr(gen, s) is not None}
-
-
-class _Plan:
-    """Which scorers run on a record of given capabilities, and why the others give NaN.
-
-    The split depends only on the record's capabilities, so it is worked out once per
-    kind of record and looked up after that.
-    """
-
-    def __init__(self, specs: Sequence[ScorerSpec]) -> None:
-        self.specs = list(specs)
-        self._cache: dict[tuple[frozenset[str], frozenset[str]],
-                          list[tuple[ScorerSpec, str | None]]] = {}
-
-    def fed(self, greedy_caps: frozenset[str], all_caps: frozenset[str]) -> list[str]:
-        """The scorers a record of these capabilities feeds."""
-        return [spec.name for spec, why in self.split(greedy_caps, all_caps) if why is None]
-
-    def split(self, greedy_caps: frozenset[str], all_caps: frozenset[str]
-              ) -> list[tuple[ScorerSpec, str | None]]:
-        key = (greedy_caps, all_caps)
-        found = self._cache.get(key)
-        if found is None:
-            found = []
-            for spec in self.specs:
-                caps = all_caps if Need.SAMPLES in spec.needs else greedy_caps
-                missing = sorted(n.value for n in spec.needs if n.value not in caps)
-                found.append((spec, None if not missing else
-                              f"this record has no {', '.join(missing)} (imported generations)"))
-            self._cache[key] = found
-        return found
-
-
-def _capabilities(imported: Imported) -> tuple[frozenset[str], frozenset[str]]:
-    """``(what the greedy answer holds, what the greedy answer and every sample hold)``."""
-    extra = set()
-    if "choice_loglikelihoods" in imported.item.metadata:
-        extra.add(Need.CHOICE_LOGLIKELIHOODS.value)
-    greedy = _generation_caps(imported.greedy) | extra
-    every = set(imported.capabilities) | extra
-    if imported.samples:
-        every.add(Need.SAMPLES.value)
-        greedy.add(Need.SAMPLES.value)
-    return frozenset(greedy), frozenset(every)
-
-
 def _unfed_reason(spec: ScorerSpec, seen: set[str]) -> str:
     missing = sorted(n.value for n in spec.needs if n.value not in seen)
     if missing:
@@ -375,7 +319,7 @@ def import_file(path: str | Path, out: str | Path, *, format: str = "auto",
                 "reference_grader": ref_grader, "label_grade": LABEL_GRADE,
                 "judge": judge_name, "seed": 0}
     static = {n: why for n in names if (why := _static_reason(SCORERS[n])) is not None}
-    setup = _Setup(path=source, fmt=stream.format, label_field=label_field,
+    setup = Setup(path=source, fmt=stream.format, label_field=label_field,
                    scorers=tuple(n for n in names if n not in static), judge=judge_name,
                    grader=ref_grader)
     check_output(out)
@@ -392,7 +336,7 @@ def import_file(path: str | Path, out: str | Path, *, format: str = "auto",
         if store.get_meta("skipped_scorers") is None:
             store.set_meta("skipped_scorers", static)
         done = frozenset(store.done_ids())
-        plan = _Plan([SCORERS[n] for n in setup.scorers])
+        plan = ScorerPlan([SCORERS[n] for n in setup.scorers])
         pending: list[tuple[int, str, str]] = []
 
         def flush() -> None:
@@ -403,11 +347,11 @@ def import_file(path: str | Path, out: str | Path, *, format: str = "auto",
             counts["imported"] += store.put_many(pending, meta)
             pending.clear()
 
-        n_workers = _workers(workers, source, greedy_file)
+        n_workers = worker_count(workers, source, greedy_file)
         bad = BadRecords(on_bad_record)
         ids: set[str] = set()
-        results = (_in_workers(setup, done, n_workers) if n_workers > 1 else
-                   _here(itertools.chain([first], stream), setup, done))
+        results = (score_in_workers(setup, done, n_workers) if n_workers > 1 else
+                   score_here(itertools.chain([first], stream), setup, done))
         try:
             for result in results:
                 if isinstance(result, InvalidInputError):
@@ -423,7 +367,7 @@ def import_file(path: str | Path, out: str | Path, *, format: str = "auto",
                 else:
                     fed.update(plan.fed(*result.caps))
                     seen.update(result.caps[0] | result.caps[1])
-                    _keep_notes(notes, result.approximate)
+                    keep_notes(notes, result.approximate)
                     counts["graded"] += result.graded
                     pending.append((position, result.item_id, result.data))
                     if len(pending) >= batch_size:
@@ -452,188 +396,6 @@ def import_file(path: str | Path, out: str | Path, *, format: str = "auto",
         store.set_meta("import_complete", True)
         return _outcome(store, source, stream.format, counts["imported"], counts["resumed"],
                         began)
-
-
-# --- one record: score, grade, encode (here or in a worker process) ------------------------
-
-
-@dataclass(frozen=True)
-class _Setup:
-    """What scoring a record needs, sent once to each worker process."""
-
-    path: Path
-    fmt: str
-    label_field: str | None
-    scorers: tuple[str, ...]  # those a record may feed (not skipped for every record)
-    judge: str
-    grader: str
-
-
-@dataclass(frozen=True)
-class _Read:
-    """One record read: its id, and (unless stored already) its stored text, the
-    capabilities that decided its scorers, its notes and whether it was graded."""
-
-    line: int
-    item_id: str
-    data: str | None = None
-    caps: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
-    approximate: dict[str, str] = field(default_factory=dict)
-    graded: bool = False
-
-
-class _Scorer:
-    """Scores, grades and encodes imported records: one per process."""
-
-    def __init__(self, setup: _Setup, done: frozenset[str]) -> None:
-        self.setup, self.done = setup, done
-        self.plan = _Plan([SCORERS[n] for n in setup.scorers])
-        self.judge = make_judge(setup.judge)
-
-    def __call__(self, imported: Imported) -> _Read:
-        item_id = imported.item.id
-        if item_id in self.done:
-            return _Read(imported.line, item_id)
-        record, caps = _scored(imported, self.plan, self.judge, self.setup.grader)
-        return _Read(imported.line, item_id, RunStore.encode(record), caps,
-                     dict(imported.approximate), bool(record.grades))
-
-
-def _here(records: Iterable[Imported], setup: _Setup, done: frozenset[str]
-          ) -> Generator[_Read, None, None]:
-    score = _Scorer(setup, done)
-    for imported in records:
-        yield score(imported)
-
-
-def _scored(imported: Imported, plan: _Plan, judge: Any, grader: str
-            ) -> tuple[Record, tuple[frozenset[str], frozenset[str]]]:
-    """The record of one imported answer, scored where its statistics allow and graded;
-    and the capabilities that decided which scorers ran."""
-    record = imported.to_record()
-    caps = _capabilities(imported)
-    ctx = ScoringContext(judge=judge, options={"seed": 0, "prompt": imported.item.prompt})
-    for spec, why in plan.split(*caps):
-        if why is not None:
-            record.scores[spec.name] = math.nan
-            record.score_errors[spec.name] = why
-            continue
-        value, reason = run_scorer(spec, record, ctx)
-        record.scores[spec.name] = value
-        if reason is not None:
-            record.score_errors[spec.name] = reason
-    grade_record(record, grader)
-    if imported.label is not None:
-        record.grades[LABEL_GRADE] = float(imported.label)
-    return record, caps
-
-
-def _keep_notes(notes: dict[str, list[str]], approximate: dict[str, str]) -> None:
-    for stat, note in approximate.items():
-        kept = notes.setdefault(stat, [])
-        if note not in kept and len(kept) < 16:
-            kept.append(note)
-
-
-# --- worker processes (JSON Lines) ---------------------------------------------------------
-
-#: Lines sent to a worker at a time.
-_CHUNK_LINES = 256
-#: Files smaller than this are read in this process (starting workers costs seconds).
-PARALLEL_MIN_BYTES = 32 << 20
-_WORKER: list[_Scorer] = []
-
-
-def _workers(workers: int | None, path: Path, greedy_file: str | Path | None) -> int:
-    """Worker processes to use: JSON Lines files only, without a greedy file."""
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
-                                or workers < 1):
-        raise InvalidInputError(f"must be a positive integer or None, not {workers!r}",
-                                field="workers")
-    if greedy_file is not None or file_layout(path) != "lines":
-        return 1
-    if workers is None:
-        if path.stat().st_size < PARALLEL_MIN_BYTES:
-            return 1
-        return max(1, min(os.cpu_count() or 1, 8))
-    return workers
-
-
-def _start_worker(setup: _Setup, done: frozenset[str]) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    _WORKER[:] = [_Scorer(setup, done)]
-
-
-def _work(chunk: list[tuple[int, bytes]]) -> list[_Read | tuple[str, str | None, int | None,
-                                                                str | None]]:
-    """Read, score, grade and encode one chunk of lines in a worker, in order; a bad
-    record comes back as ``(message, file, line, field)``."""
-    score = _WORKER[0]
-    setup = score.setup
-    out: list[_Read | tuple[str, str | None, int | None, str | None]] = []
-    for line, raw in chunk:
-        value = decode_line(raw, line)
-        if is_blank(value):
-            continue
-        try:
-            imported = parse_value(value, line, setup.path, setup.fmt,
-                                   label_field=setup.label_field)
-        except InvalidInputError as exc:
-            out.append((_bare_message(exc), exc.file, exc.line, exc.field))
-            continue
-        out.append(score(imported))
-    return out
-
-
-def _bare_message(exc: InvalidInputError) -> str:
-    where = ""
-    if exc.file is not None:
-        where = f"{exc.file}:{exc.line}: " if exc.line is not None else f"{exc.file}: "
-    if exc.field is not None:
-        where += f"{exc.field}: "
-    return str(exc).removeprefix(where)
-
-
-def _chunks(path: Path) -> Iterator[list[tuple[int, bytes]]]:
-    with path.open("rb") as fh:
-        numbered = enumerate(fh, start=1)
-        while chunk := list(itertools.islice(numbered, _CHUNK_LINES)):
-            yield chunk
-
-
-def _in_workers(setup: _Setup, done: frozenset[str], n: int
-                ) -> Generator[_Read | InvalidInputError, None, None]:
-    """The records of a JSON Lines file read, scored and encoded by ``n`` worker
-    processes, in file order (the same results as :func:`_here`)."""
-    # fork where there is one (Linux, macOS): the workers start at once with confide
-    # loaded, and a caller's script is not run again in them (spawn imports __main__).
-    # They run only this module's pure functions, so the parent's other threads (a
-    # progress bar) do not matter; Python 3.12's warning about them is quieted.
-    fork = "fork" in multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if fork else "spawn")
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
-        pool = context.Pool(n, initializer=_start_worker, initargs=(setup, done))
-    chunks = _chunks(setup.path)
-    # A bounded window of chunks in flight (Pool.imap would read the whole file ahead):
-    # memory stays a few chunks, whatever the file's size.
-    window = collections.deque(pool.apply_async(_work, (chunk,))
-                               for chunk in itertools.islice(chunks, 2 * n))
-    try:
-        while window:
-            results = window.popleft().get()
-            following = next(chunks, None)
-            if following is not None:
-                window.append(pool.apply_async(_work, (following,)))
-            for result in results:
-                if isinstance(result, _Read):
-                    yield result
-                else:
-                    message, file, line, at = result
-                    yield InvalidInputError(message, file=file, line=line, field=at)
-    finally:
-        pool.terminate()
-        pool.join()
 
 
 _TOP = re.compile(r"^(.*\btop )(\d+)(?: to (\d+))?( .*)$")
