@@ -4,7 +4,7 @@ VENV := .venv
 RUN_SETUP := $(VENV)/.confide-run-setup
 TEST_SETUP := $(VENV)/.confide-test-setup
 
-.PHONY: setup run test
+.PHONY: setup run test lint
 setup: $(RUN_SETUP)
 
 $(RUN_SETUP): pyproject.toml scripts/setup.sh
@@ -22,3 +22,8 @@ run: $(RUN_SETUP)
 # The whole test suite (real model, real SQLite, real servers on 127.0.0.1, real browser).
 test: $(RUN_SETUP) $(TEST_SETUP)
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+# The lint and type gates (ruff, mypy; configured in pyproject.toml), run by .ci/run.
+lint: $(RUN_SETUP) $(TEST_SETUP)
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/mypy

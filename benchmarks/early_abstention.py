@@ -92,8 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     for below in [float(t) for t in args.check.split(",") if t]:
         policy = EarlyAbstention(below, args.after)
         streams = [AnswerStream(lambda u: None, early=policy) for _ in prompts]
-        real = [r.greedy for r in model.generate(prompts, spec, seeds,
-                                                 on_token=lambda e: streams[e.prompt](e))]
+        # Called during generate(), within this iteration: bind this iteration's streams.
+        real = [r.greedy for r in model.generate(
+            prompts, spec, seeds, on_token=lambda e, streams=streams: streams[e.prompt](e))]
         stops = [_replay(lp, below, args.after) for lp in logprobs]
         agree = sum((s.abstained is None) == (stop is None) and
                     (stop is None and g.text == f.text or stop == g.n_tokens)

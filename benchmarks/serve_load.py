@@ -147,7 +147,8 @@ async def _drive(url: str, questions: list[str], clients: int, requests: int,
         wall = time.perf_counter() - began
     lat = np.asarray(latencies) if latencies else np.asarray([np.nan])
     return {"clients": clients, "requests": requests, "wall_s": wall,
-            "req_per_s": len(latencies) / wall, "tok_per_s": None if tokens is None else tokens / wall,
+            "req_per_s": len(latencies) / wall,
+            "tok_per_s": None if tokens is None else tokens / wall,
             "p50_s": float(np.percentile(lat, 50)), "p95_s": float(np.percentile(lat, 95)),
             "p99_s": float(np.percentile(lat, 99)), "errors": errors}
 
@@ -226,8 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     config = backend.config()
     print(f"\nconfide serve load: upstream {config.get('backend')} {config.get('model')}, "
           f"{args.requests} requests per row, max_tokens {args.max_tokens}, "
-          f"max_batch {args.max_batch}, torch threads {args.threads or 'default'}; load average before/after "
-          f"{load[0]:.1f}/{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores\n")
+          f"max_batch {args.max_batch}, torch threads {args.threads or 'default'}; "
+          f"load average before/after {load[0]:.1f}/{os.getloadavg()[0]:.1f} "
+          f"on {os.cpu_count()} cores\n")
     print("| clients | requests | wall s | req/s | tokens/s | p50 s | p95 s | p99 s | errors "
           "| peak RSS MiB (+ over start of row) |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")

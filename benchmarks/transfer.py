@@ -34,8 +34,8 @@ import numpy as np
 
 from confide.learned import fit
 from confide.metrics import UndefinedMetricWarning, auroc_score
-from confide.records import Record
 from confide.plan import DEFAULT_SCORERS, RunConfig
+from confide.records import Record
 from confide.runner import execute
 from confide.store import RunStore
 

@@ -98,7 +98,7 @@ def generations(hf_model):
 
 
 def _records(generations) -> dict[str, Record]:
-    (item, result), others = generations[0], generations[1:]
+    item, result = generations[0]
     greedy, samples = result.greedy, list(result.samples)
     distinct = list(dict.fromkeys(ExactJudge().key(r.greedy.text) for _, r in generations))
     distinct_samples = [next(r.greedy for _, r in generations if ExactJudge().key(r.greedy.text)

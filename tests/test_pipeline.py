@@ -9,8 +9,8 @@ import pytest
 import confide
 from confide.backends import GenerationResult
 from confide.pipeline import DEFAULT_SCORERS, GenerationFailed, Pipeline
-from confide.records import Generation, Item
 from confide.plan import RunConfig
+from confide.records import Generation, Item
 from confide.runner import execute
 from confide.store import RunStore
 

@@ -155,15 +155,15 @@ def _mapping(name: str, vocab: int):
 
 
 def parity(args: argparse.Namespace, python: Path, folder: Path) -> None:
-    from confide.scorers import SCORERS, ScoringContext, run_scorer  # first: registers scorers
-    from confide.backends.base import GenerationSpec, item_seed
     import torch
 
+    from confide.backends.base import GenerationSpec, item_seed
     from confide.backends.hf import HFBackend, _divergences_from_uniform
     from confide.features import affinity, clusters
     from confide.grading import embed_texts
     from confide.judges import make_judge
     from confide.records import Record
+    from confide.scorers import SCORERS, ScoringContext, run_scorer  # first: registers scorers
     from confide.scorers.reflexive import p_true_prompt, question_text
     from confide.tasks import load_task
 

@@ -163,17 +163,18 @@ def parity(inp: Path, out: Path) -> None:
 
 def speed(inp: Path, out: Path) -> None:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from lm_polygraph import estimators as E
     from lm_polygraph.defaults.register_default_stat_calculators import (
-        register_default_stat_calculators)
+        register_default_stat_calculators,
+    )
     from lm_polygraph.utils.builder_enviroment_stat_calculator import (
-        BuilderEnvironmentStatCalculator)
+        BuilderEnvironmentStatCalculator,
+    )
     from lm_polygraph.utils.dataset import Dataset
     from lm_polygraph.utils.generation_parameters import GenerationParameters
     from lm_polygraph.utils.manager import UEManager
     from lm_polygraph.utils.model import WhiteboxModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     cfg = json.loads(inp.read_text())
     torch.manual_seed(cfg["seed"])

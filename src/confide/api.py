@@ -9,10 +9,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from confide.backends import Backend, item_seed, load_backend
 from confide.backends.models import DEFAULT_MODEL
@@ -153,25 +153,26 @@ def fit_learned(run: str | Path, *, kind: str = "probe", out: str | Path | None 
     stored run; save it to ``out`` (JSON) when given. Returns the
     :class:`~confide.learned.Learned`."""
     from confide import density
-    from confide.learned import fit_run
+    from confide.learned import Kind, Learned, fit_run
 
     folds = options.get("n_folds", 2)
     if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
         raise InvalidInputError(f"cross-fitting needs at least 2 folds, got {folds!r}",
                                 field="n_folds")
+    model: Learned  # a Density is a Learned
     if kind in density.KINDS:
         model = density.fit_run(run, kind=kind, **options)
     elif options.get("background") is not None:
         raise InvalidInputError("only relative_mahalanobis takes a background run",
                                 field="background")
     else:
-        model = fit_run(run, kind=kind, **options)  # type: ignore[arg-type]
+        model = fit_run(run, kind=cast(Kind, kind), **options)  # fit() checks the kind
     if out is not None:
         model.save(out)
     return model
 
 
-def apply_learned(run: Run, files: list[str | Path] | tuple[str | Path, ...]) -> Run:
+def apply_learned(run: Run, files: Sequence[str | Path]) -> Run:
     """Add the scores of fitted models (``confide fit`` files) to ``run``'s records, in memory.
 
     On the run a model was fitted on, its training items get their cross-fitted

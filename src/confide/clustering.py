@@ -109,9 +109,9 @@ class Judge(ABC):
                 raise RuntimeError(f"judge {self.name} returned {len(decided)} decisions "
                                    f"for {len(todo)} pairs")  # a bug in the judge, not input
             self.calls += self.directions * len(todo)
-            for pair, decision in zip(todo, decided):
-                self._cache[(context, *pair)] = decision
-            out = [d if d is not None else self._cache[(context, *_sorted_pair(ka, kb))]
+            for (lo, hi), decision in zip(todo, decided):
+                self._cache[(context, lo, hi)] = decision
+            out = [d if d is not None else self._cache[(context,) + _sorted_pair(ka, kb)]
                    for d, (ka, kb) in zip(out, pairs)]
         return out  # type: ignore[return-value]
 

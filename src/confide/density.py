@@ -133,7 +133,8 @@ class Density(Learned):
 
 def _states(records: Sequence[Record], layer: str, kind: str
             ) -> tuple[np.ndarray, list[str | None]]:
-    rows, why = [], []
+    rows: list[np.ndarray | None] = []
+    why: list[str | None] = []
     for r in records:
         vec = (r.greedy.hidden or {}).get(layer)
         if vec is None:

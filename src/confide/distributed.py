@@ -1,7 +1,8 @@
 """Runs spread over a Ray cluster: fixed shards, one model per worker, one writer.
 
 ``confide run --ray local|ADDRESS --workers N`` (or
-``runner.execute(plan, out, executor=RayExecutor(...))``) starts ``N`` Ray actors, each holding its own backend and pipeline (a
+``runner.execute(plan, out, executor=RayExecutor(...))``) starts ``N`` Ray
+actors, each holding its own backend and pipeline (a
 :class:`~confide.runner.BlockRunner`: the model is loaded once per actor). The
 items are cut into the run's fixed blocks (``batch_size`` items in item order,
 as in a local run) and the blocks into contiguous *shards*; an idle worker takes
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -100,7 +100,8 @@ class ShardWorker:
 
 
 class RayExecutor:
-    """Generates a run's blocks on ``workers`` Ray actors (a :class:`~confide.runner.BlockExecutor`).
+    """Generates a run's blocks on ``workers`` Ray actors
+    (a :class:`~confide.runner.BlockExecutor`).
 
     Parameters
     ----------

@@ -69,13 +69,13 @@ def clusters(record: Record, ctx: ScoringContext) -> np.ndarray:
         greedy = judge.place(record.greedy.text, texts, record.item, labels)
         return np.concatenate([[greedy], labels]).astype(np.intp)
 
-    return ctx.cached(record, f"clusters:{judge.name}", compute)  # type: ignore[no-any-return]
+    return ctx.cached(record, f"clusters:{judge.name}", compute)
 
 
 def affinity(record: Record, ctx: ScoringContext) -> np.ndarray:
     """The judge's symmetric affinity matrix over all answers, shape ``(k+1, k+1)``."""
     judge = judge_of(ctx)
-    return ctx.cached(record, f"affinity:{judge.name}",  # type: ignore[no-any-return]
+    return ctx.cached(record, f"affinity:{judge.name}",
                       lambda: judge.affinity(answers(record), record.item))
 
 
@@ -88,17 +88,17 @@ def embeddings(record: Record, ctx: ScoringContext, name: str, texts: Sequence[s
 
         return np.asarray(embed_texts(list(texts)), dtype=np.float64)
 
-    return ctx.cached(record, f"embeddings:{name}", compute)  # type: ignore[no-any-return]
+    return ctx.cached(record, f"embeddings:{name}", compute)
 
 
 def sample_logprobs(samples: Sequence[Generation], *, normalize: bool) -> np.ndarray:
     r"""Log-likelihood of each sample, :math:`\sum_t \log p_t` or its mean (``normalize``).
 
     An empty sample (or one without tokens) has log-likelihood
-    :math:`-\infty` (probability 0): it is no answer, and the only token it had (end of sequence) was not recorded,
-    so it must never read as certain. Callers that cannot use :math:`-\infty`
-    refuse the record (:class:`CannotScore`), as they do for a NaN token
-    log-probability.
+    :math:`-\infty` (probability 0): it is no answer, and the only token it had
+    (end of sequence) was not recorded, so it must never read as certain.
+    Callers that cannot use :math:`-\infty` refuse the record
+    (:class:`CannotScore`), as they do for a NaN token log-probability.
     """
     out = np.empty(len(samples), dtype=np.float64)
     for i, s in enumerate(samples):

@@ -24,9 +24,9 @@ from typing import Any
 
 from confide.errors import InvalidInputError
 
-__all__ = ["CHOICES", "DEFAULT_TEMPERATURE", "DEFAULT_TOP_P", "MAX_STOP_SEQUENCES", "RANGES", "Range", "check_choice",
-           "check_distribution", "check_hidden_layers", "check_option", "check_prompt_fits",
-           "check_sampling", "check_stop"]
+__all__ = ["CHOICES", "DEFAULT_TEMPERATURE", "DEFAULT_TOP_P", "MAX_STOP_SEQUENCES", "RANGES",
+           "Range", "check_choice", "check_distribution", "check_hidden_layers", "check_option",
+           "check_prompt_fits", "check_sampling", "check_stop"]
 
 MAX_STOP_SEQUENCES = 4  # what the OpenAI API allows
 

@@ -132,7 +132,8 @@ class Generation:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], hidden: dict[str, np.ndarray] | None = None) -> Generation:
+    def from_dict(cls, d: dict[str, Any],
+                  hidden: dict[str, np.ndarray] | None = None) -> Generation:
         arrays = {n: None if d.get(n) is None else np.asarray(d[n], dtype=np.float32)
                   for n in _ARRAY_FIELDS}
         return cls(text=d["text"], token_ids=list(d.get("token_ids", [])),

@@ -21,8 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from confide.backends import Backend, HasContextWindow, HasLayers, Tokenizes, item_seed
-from confide.backends import load_backend
+from confide.backends import (
+    Backend,
+    HasContextWindow,
+    HasLayers,
+    Tokenizes,
+    item_seed,
+    load_backend,
+)
 from confide.errors import ConfigMismatch, StoreError
 from confide.judges import make_judge
 from confide.options import check_hidden_layers, check_prompt_fits
@@ -260,7 +266,8 @@ def check_against_model(backend: Backend, plan: RunPlan, items: list[Item]) -> N
         # A prompt far too long is refused by its length alone: tokenizing megabytes
         # first would only keep the user waiting.
         check_prompt_fits(item.id, spec.max_new_tokens, window, n_chars=chars)
-        check_prompt_fits(item.id, spec.max_new_tokens, window, n_tokens=len(backend.encode(prompt)))
+        check_prompt_fits(item.id, spec.max_new_tokens, window,
+                          n_tokens=len(backend.encode(prompt)))
 
 
 def check_backend(store: RunStore, wanted: dict[str, Any]) -> None:

@@ -20,8 +20,8 @@ from confide.backends import Backend
 from confide.backends.models import DEFAULT_MODEL
 from confide.errors import InvalidInputError
 from confide.evaluation import DEFAULT_METRICS, EvalTable, evaluate_records, scorer_order
-from confide.records import Record
 from confide.plan import QUESTIONS_GRADER, RunConfig
+from confide.records import Record
 from confide.runner import Progress, RunOutcome, execute
 from confide.store import RunStore
 

@@ -59,8 +59,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from confide.backends.base import (Backend, GenerationResult, GenerationSpec, Prompt, Streams,
-                                   TokenEvent)
+from confide.backends.base import (
+    Backend,
+    GenerationResult,
+    GenerationSpec,
+    Prompt,
+    Streams,
+    TokenEvent,
+)
 from confide.errors import InvalidInputError
 from confide.options import check_option
 from confide.pipeline import Pipeline

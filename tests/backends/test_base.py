@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from confide.backends import (BACKENDS, GeneratesAsync, HasAttentions, HasChatTemplate,
-                              HasConfig, HasContextWindow, HasLayers, NextTokenScorer,
-                              ScoresUnconditioned, Streams, Tokenizes)
+from confide.backends import (
+    BACKENDS,
+    GeneratesAsync,
+    HasAttentions,
+    HasChatTemplate,
+    HasConfig,
+    HasContextWindow,
+    HasLayers,
+    NextTokenScorer,
+    ScoresUnconditioned,
+    Streams,
+    Tokenizes,
+)
 from confide.registry import load_object
 
 OPTIONAL = (Streams, GeneratesAsync, Tokenizes, HasLayers, HasContextWindow, NextTokenScorer,

@@ -7,8 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from confide.backends.openai_logprobs import (MalformedResponse, answer_length,
-                                              generation_from_choice)
+from confide.backends.openai_logprobs import (
+    MalformedResponse,
+    answer_length,
+    generation_from_choice,
+)
 
 
 def _chat(content, entries, finish="stop"):

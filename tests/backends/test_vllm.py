@@ -12,8 +12,14 @@ import numpy as np
 import pytest
 
 from confide.backends import BACKENDS, GenerationSpec
-from confide.backends.vllm import (STATS_LOGPROBS, TokenText, assemble, request_plan,
-                                   to_generation, topk_statistics)
+from confide.backends.vllm import (
+    STATS_LOGPROBS,
+    TokenText,
+    assemble,
+    request_plan,
+    to_generation,
+    topk_statistics,
+)
 from confide.pipeline import plan_scorers
 from confide.scorers import SCORERS
 

@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 from scipy.stats import beta
 
-from confide.decisions import adaptive_vote, cisc_vote, compare_votes, majority_vote, replay_adaptive
+from confide.decisions import (
+    adaptive_vote,
+    cisc_vote,
+    compare_votes,
+    majority_vote,
+    replay_adaptive,
+)
 from confide.decisions.adaptive import leader_probability
 from confide.decisions.voting import cisc_weights, sample_confidences
 from confide.errors import InvalidInputError

@@ -145,7 +145,7 @@ def test_generated_chat_responses_round_trip_their_log_probs(tmp_path, choices):
     path.write_text(json.dumps(response) + "\n", encoding="utf-8")
     (record,) = list(read_generations(path))
     assert len(record.samples) == len(choices) - 1
-    for gen, (text, _, steps) in zip([record.greedy, *record.samples], choices):
+    for gen, (_, _, steps) in zip([record.greedy, *record.samples], choices):
         if not steps:  # "x" with no tokens: no statistics
             assert gen.token_logprobs is None
             continue

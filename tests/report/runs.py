@@ -65,7 +65,8 @@ def make_records(n: int, *, seed: int = 0, graders: tuple[str, ...] = ("contains
 
 
 def store_run(path: Path, records: list[Record], *, model: str = "hand-made",
-              grader: str = "contains", scorers: tuple[str, ...] = ("msp", "mean_entropy", "length"),
+              grader: str = "contains",
+              scorers: tuple[str, ...] = ("msp", "mean_entropy", "length"),
               ) -> Path:
     """Store records as a run at ``path`` with the real RunStore."""
     config = {"model": model, "task": {"name": "hand"}, "grader": grader, "scorers": list(scorers),

@@ -69,7 +69,8 @@ def test_report_in_browser(browser, tmp_path):
     # key elements
     assert page.eval("document.querySelectorAll('table.summary tbody tr').length") == 3
     assert page.eval("document.querySelectorAll('figure.roc polyline.series').length") == 3
-    assert page.eval("document.querySelectorAll('figure.risk-coverage polyline.series').length") == 3
+    assert page.eval(
+        "document.querySelectorAll('figure.risk-coverage polyline.series').length") == 3
     assert page.eval("document.querySelectorAll('figure.reliability:not(.raw) svg').length") == 3
     # msp is a probability: its raw calibration is drawn too, before any recalibration
     assert page.eval("document.querySelectorAll('figure.reliability.raw svg').length") == 1

@@ -143,7 +143,8 @@ def test_report_builds_without_the_model(run_dir, tmp_path):
 def test_report_is_self_contained(html):
     tags = _parse(html)
     assert not [t for t, _ in tags.tags if t in ("link", "img", "iframe", "object", "embed")]
-    assert not [a for _, a in tags.tags if "src" in a or a.get("href", "#").startswith(("http", "//"))]
+    assert not [a for _, a in tags.tags
+                if "src" in a or a.get("href", "#").startswith(("http", "//"))]
     # the only URL is the SVG namespace
     assert set(re.findall(r"https?://[^\s\"'<>]+", html)) <= {"http://www.w3.org/2000/svg"}
 
@@ -340,7 +341,6 @@ def test_report_numbers_equal_confide_eval_json(run_dir, tmp_path):
 @pytest.mark.model
 def test_report_of_a_real_model_run(hf_model, tmp_path):
     from confide import api
-
     from confide.cli import app
 
     run = api.evaluate(hf_model, task="triviaqa", limit=4, max_new_tokens=16,

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from confide.backends.base import GenerationResult, GenerationSpec
+from confide.backends.binary import two_way_from_logprobs
 from confide.errors import CannotScore
 from confide.records import Generation, Item, Record
 from confide.scorers import SCORERS, ScoringContext, run_scorer
-from confide.backends.binary import two_way_from_logprobs
 from confide.scorers.reflexive import (
     R_EMPTY,
     R_NO_ANSWER,

@@ -256,7 +256,8 @@ def test_stream_stops_the_upstream_when_the_client_goes_away():
         with httpx.stream("POST", f"{url}/chat/completions", timeout=30, json={
                 "model": "m", "messages": [{"role": "user", "content": "Q?"}],
                 "stream": True}) as response:
-            for n, line in enumerate(l for l in response.iter_lines() if l.startswith("data:")):
+            events = (line for line in response.iter_lines() if line.startswith("data:"))
+            for n, _ in enumerate(events):
                 if n == 2:
                     break
         deadline = time.monotonic() + 10

@@ -3,9 +3,9 @@
 from confide.backends.base import (
     BACKENDS,
     Backend,
+    GeneratesAsync,
     GenerationResult,
     GenerationSpec,
-    GeneratesAsync,
     HasAttentions,
     HasChatTemplate,
     HasConfig,

@@ -43,7 +43,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from confide.errors import InvalidInputError
 from confide.options import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, check_option, check_stop
@@ -273,8 +273,8 @@ def load_backend(name: str, model: str, **options: Any) -> Backend:
     ``hf``; ``base_url``, ``concurrency``, ``timeout`` for ``openai``;
     ``tensor_parallel_size`` and vLLM engine keywords for ``vllm``).
     """
-    cls = load_object(BACKENDS[name])
-    return cls(model, **options)  # type: ignore[operator,no-any-return]
+    cls = cast("Callable[..., Backend]", load_object(BACKENDS[name]))
+    return cls(model, **options)
 
 
 def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:

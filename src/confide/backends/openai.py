@@ -60,8 +60,16 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from confide.backends.base import (Backend, GenerationResult, GenerationSpec, GeneratesAsync,
-                                   Prompt, Streams, TokenCallback, TokenEvent)
+from confide.backends.base import (
+    Backend,
+    GeneratesAsync,
+    GenerationResult,
+    GenerationSpec,
+    Prompt,
+    Streams,
+    TokenCallback,
+    TokenEvent,
+)
 from confide.backends.openai_logprobs import MalformedResponse, generation_from_choice
 from confide.errors import BackendError, BackendTimeout, InvalidInputError, RateLimited
 from confide.records import Generation, Message

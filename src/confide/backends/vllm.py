@@ -44,8 +44,15 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from confide.backends.base import (Backend, GenerationResult, GenerationSpec, HasContextWindow,
-                                   Prompt, Tokenizes, encode_prompt)
+from confide.backends.base import (
+    Backend,
+    GenerationResult,
+    GenerationSpec,
+    HasContextWindow,
+    Prompt,
+    Tokenizes,
+    encode_prompt,
+)
 from confide.backends.models import DEFAULT_MODEL, resolve_model
 from confide.errors import InvalidInputError, ModelLoadError
 from confide.records import Generation

@@ -222,7 +222,9 @@ def claim_prompt(question: str, answer: str, *, chat: bool) -> Any:
     """The request to list an answer's claims, one per line.
 
     >>> print(claim_prompt("Where is Paris?", "Paris is in France.", chat=False))
-    List every factual claim made in the answer below, one per line, each a short sentence that stands on its own. Do not add claims the answer does not make.
+    ... # doctest: +NORMALIZE_WHITESPACE
+    List every factual claim made in the answer below, one per line, each a short
+    sentence that stands on its own. Do not add claims the answer does not make.
     Question: Where is Paris?
     Answer: Paris is in France.
     Claims:

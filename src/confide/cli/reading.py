@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
@@ -127,9 +127,10 @@ def eval_(
     if json_out is not None:
         json_out = output_file(json_out, "--json")
     names = tuple(m.strip() for m in metrics.split(",") if m.strip())
-    options = {"prr": {"max_rejection": prr_cutoff}, "risk_at_coverage": {"coverage": coverage},
-               "coverage_at_risk": {"risk": risk},
-               **{m: {"n_bins": n_bins} for m in ("ece", "ece_mass", "ace")}}
+    options: dict[str, dict[str, Any]] = {
+        "prr": {"max_rejection": prr_cutoff}, "risk_at_coverage": {"coverage": coverage},
+        "coverage_at_risk": {"risk": risk},
+        **{m: {"n_bins": n_bins} for m in ("ece", "ece_mass", "ace")}}
     with user_errors():
         result = api.open_run(run_dir)
         if with_:

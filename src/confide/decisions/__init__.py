@@ -33,7 +33,13 @@ from confide.decisions.calibration import (
     load_calibrator,
     reliability_diagram,
 )
-from confide.decisions.routing import CascadeCurve, CascadePoint, cascade, cascade_curve, route_models
+from confide.decisions.routing import (
+    CascadeCurve,
+    CascadePoint,
+    cascade,
+    cascade_curve,
+    route_models,
+)
 from confide.decisions.voting import VoteComparison, cisc_vote, compare_votes, majority_vote
 
 __all__ = [

@@ -391,8 +391,8 @@ def fit_abstention(confidence: ArrayLike, correct: ArrayLike, *, alpha: float = 
 def _predicted_p_values(conf: FloatArray, correct: FloatArray, thresholds: FloatArray,
                         n_test: int, alpha: float) -> FloatArray:
     """The p-value each threshold would get on ``n_test`` items if the testing part
-    looked like the grid split: :math:`P(\mathrm{Bin}(\hat n, \alpha) \le \hat k)` with
-    :math:`\hat n = n_{test} \hat\pi(\lambda)`, :math:`\hat k = \hat n \hat R(\lambda)`,
+    looked like the grid split: :math:`P(\\mathrm{Bin}(\\hat n, \alpha) \\le \\hat k)` with
+    :math:`\\hat n = n_{test} \\hat\\pi(\\lambda)`, :math:`\\hat k = \\hat n \\hat R(\\lambda)`,
     extended to real counts by the incomplete beta function."""
     from scipy.special import betainc
 

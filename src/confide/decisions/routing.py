@@ -180,7 +180,7 @@ def cascade_curve(small_confidence: ArrayLike, small_correct: ArrayLike,
                                                                     "large_seconds", False)
     c = np.where(np.isnan(conf), -np.inf, conf)
     finite = c[c > -np.inf]
-    thresholds = np.r_[np.unique(finite) if finite.size else np.empty(0), np.inf]
+    thresholds: FloatArray = np.r_[np.unique(finite) if finite.size else np.empty(0), np.inf]
     # escalated at tau: c < tau. Sort by c and count with searchsorted.
     order = np.argsort(c, kind="stable")
     k = np.searchsorted(c[order], thresholds, side="left")  # items escalated at each tau

@@ -35,7 +35,8 @@ def judge(answer: str, item: Item, *, backend: Any = None) -> float:
     r"""LLM-as-a-judge: the probability a model answers "Yes" to "is this answer correct?".
 
     .. math::
-        g = \frac{P(\text{Yes} \mid q, R, y)}{P(\text{Yes} \mid q, R, y) + P(\text{No} \mid q, R, y)}
+        g = \frac{P(\text{Yes} \mid q, R, y)}
+                 {P(\text{Yes} \mid q, R, y) + P(\text{No} \mid q, R, y)}
 
     The judge sees the question :math:`q`, the reference answers :math:`R` and
     the proposed answer :math:`y` (:func:`judge_prompt`); the probability sums

@@ -43,8 +43,17 @@ from typing import Any
 
 from confide.errors import InvalidInputError
 from confide.ingest import jsonl, llamacpp, lmeval, openai, vllm  # noqa: F401 (register)
-from confide.ingest.common import FORMATS, BadField, Context, Imported, capabilities_of, \
-    decode_line, file_layout, is_blank, iter_json_records
+from confide.ingest.common import (
+    FORMATS,
+    BadField,
+    Context,
+    Imported,
+    capabilities_of,
+    decode_line,
+    file_layout,
+    is_blank,
+    iter_json_records,
+)
 from confide.ingest.lmeval import option_probability
 from confide.tasks.base import BadRecords
 

@@ -53,10 +53,23 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from confide.ingest.common import (FORMATS, BadField, Context, Imported, LogFormat, Step,
-                                   build_generation, capabilities_of, check_logprob,
-                                   check_prob, get_list, get_str, label_from,
-                                   references_from, text_prompt)
+from confide.ingest.common import (
+    FORMATS,
+    BadField,
+    Context,
+    Imported,
+    LogFormat,
+    Step,
+    build_generation,
+    capabilities_of,
+    check_logprob,
+    check_prob,
+    get_list,
+    get_str,
+    label_from,
+    references_from,
+    text_prompt,
+)
 from confide.records import Item
 
 __all__ = ["looks_like", "parse"]
@@ -236,11 +249,11 @@ def parse(obj: dict[str, Any], ctx: Context) -> Imported:
     for source, at in ((request, "request."), (reply, where), (obj, "")):
         if not isinstance(source, dict):
             continue
-        key = next((k for k in ("messages", "prompt", "question") if source.get(k) is not None),
-                   None)
-        if key is None or (source is reply and not isinstance(source[key], str)):
+        found = next((k for k in ("messages", "prompt", "question")
+                      if source.get(k) is not None), None)
+        if found is None or (source is reply and not isinstance(source[found], str)):
             continue  # a reply's prompt may be token ids: not a question
-        prompt = text_prompt(source[key], f"{at}{key}")
+        prompt = text_prompt(source[found], f"{at}{found}")
         break
     metadata = {"model": reply["model"]} if isinstance(reply.get("model"), str) else {}
     caps = capabilities_of(greedy, [])

@@ -58,8 +58,17 @@ from typing import Any
 import numpy as np
 
 from confide.errors import InvalidInputError
-from confide.ingest.common import (FORMATS, BadField, Context, Imported, LogFormat,
-                                   capabilities_of, label_from, need_list, references_from)
+from confide.ingest.common import (
+    FORMATS,
+    BadField,
+    Context,
+    Imported,
+    LogFormat,
+    capabilities_of,
+    label_from,
+    need_list,
+    references_from,
+)
 from confide.records import Generation, Item
 from confide.tasks.base import LETTERS
 

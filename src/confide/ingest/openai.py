@@ -61,9 +61,22 @@ import math
 from typing import Any
 
 from confide.backends.openai_logprobs import MalformedResponse, generation_from_choice
-from confide.ingest.common import (FORMATS, BadField, Context, Imported, LogFormat, Step,
-                                   capabilities_of, check_logprob, entropy_bounds, get_list,
-                                   label_from, need_list, references_from, text_prompt)
+from confide.ingest.common import (
+    FORMATS,
+    BadField,
+    Context,
+    Imported,
+    LogFormat,
+    Step,
+    capabilities_of,
+    check_logprob,
+    entropy_bounds,
+    get_list,
+    label_from,
+    need_list,
+    references_from,
+    text_prompt,
+)
 from confide.records import Generation, Item
 
 __all__ = ["looks_like", "parse"]

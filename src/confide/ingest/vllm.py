@@ -52,10 +52,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from confide.ingest.common import (FORMATS, BadField, Context, Imported, LogFormat, Step,
-                                   build_generation, capabilities_of, check_logprob,
-                                   get_list, get_str, label_from, need_list, references_from,
-                                   text_prompt)
+from confide.ingest.common import (
+    FORMATS,
+    BadField,
+    Context,
+    Imported,
+    LogFormat,
+    Step,
+    build_generation,
+    capabilities_of,
+    check_logprob,
+    get_list,
+    get_str,
+    label_from,
+    need_list,
+    references_from,
+    text_prompt,
+)
 from confide.records import Generation, Item
 
 __all__ = ["looks_like", "parse"]

@@ -36,7 +36,7 @@ SELECTION_FOLDS = 3  # inner folds choosing layer, C and estimator
 def view_selector() -> Any:
     from sklearn.base import BaseEstimator, TransformerMixin
 
-    class View(TransformerMixin, BaseEstimator):  # type: ignore[misc]
+    class View(TransformerMixin, BaseEstimator):
         """The columns of one view (a hidden-state key, or "scores") of the joined matrix."""
 
         def __init__(self, view: str = "", columns: dict[str, tuple[int, int]] | None = None
@@ -58,7 +58,7 @@ def non_negative_logistic() -> Any:
     from scipy.special import expit
     from sklearn.base import BaseEstimator, ClassifierMixin
 
-    class NonNegativeLogistic(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
+    class NonNegativeLogistic(ClassifierMixin, BaseEstimator):
         r"""L2-penalised logistic regression whose input weights are non-negative,
 
         .. math:: \min_{w \ge 0,\, v,\, b}\ \sum_i \big[\log(1 + e^{z_i}) - y_i z_i\big]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -52,10 +52,10 @@ def token_features(record: Record) -> np.ndarray:
     n = g.n_tokens
     if n == 0:
         return out
-    for j, (values, reduce) in enumerate(((g.token_logprobs, np.mean), (g.token_logprobs, np.min),
-                                          (g.token_entropies, np.mean),
-                                          (g.token_entropies, np.max),
-                                          (g.token_kl_uniform, np.mean))):
+    reductions: tuple[tuple[np.ndarray | None, Callable[[np.ndarray], Any]], ...] = (
+        (g.token_logprobs, np.mean), (g.token_logprobs, np.min), (g.token_entropies, np.mean),
+        (g.token_entropies, np.max), (g.token_kl_uniform, np.mean))
+    for j, (values, reduce) in enumerate(reductions):
         if values is not None and len(values):
             out[j] = float(reduce(np.asarray(values, dtype=np.float64)))
     out[5] = math.log1p(n)

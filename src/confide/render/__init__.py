@@ -108,7 +108,8 @@ def render_eval_table(console: Console, table: EvalTable, *, title: str = "",
         raw = row.raw_calibration
         if raw is None:
             continue
-        console.print(f"  {row.scorer}: {fmt_number(raw.ece[0])} → {fmt_number(row.calibrated.ece[0])}; "
+        console.print(f"  {row.scorer}: {fmt_number(raw.ece[0])} → "
+                      f"{fmt_number(row.calibrated.ece[0])}; "
                       f"Brier {fmt_number(raw.brier[0])} → {fmt_number(row.calibrated.brier[0])}")
     for pair, tau in table.grader_agreement.items():
         console.print(f"scorer ranking agreement, Kendall τ ({pair}): {fmt_number(tau, 2)}")

@@ -1,4 +1,6 @@
-"""Rich tables for the decision commands (``confide calibrate/abstain/route/vote``)."""
+"""Rich tables for the decision commands (``confide calibrate/abstain/route/vote``).
+
+The CLI's alone: the decisions themselves return data and never print."""
 
 from __future__ import annotations
 
@@ -118,8 +120,8 @@ def render_adaptive(console: Console, report: AdaptiveReport) -> None:
     for k, acc in report.fixed_accuracy.items():
         out.add_row(f"fixed k = {k}", f"{k}", _f(acc), "")
     for c, (acc, used) in report.adaptive.items():
-        k = report.matched_k[c]
-        saved = ("no fixed k reaches it" if k is None else
-                 f"{report.saved[c]:+.2f} vs k = {k}")
+        matched = report.matched_k[c]
+        saved = ("no fixed k reaches it" if matched is None else
+                 f"{report.saved[c]:+.2f} vs k = {matched}")
         out.add_row(f"adaptive, C = {c:g}", f"{used:.2f}", _f(acc), saved)
     console.print(out)

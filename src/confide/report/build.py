@@ -38,7 +38,8 @@ REPORT_NAME = "report.html"
 
 
 def _asset(name: str) -> str:
-    return resources.files("confide.report").joinpath("assets", name).read_text("utf-8")
+    # one name per joinpath: Python 3.10's Traversable takes no more
+    return resources.files("confide.report").joinpath("assets").joinpath(name).read_text("utf-8")
 
 
 def _json_for_script(data: Any) -> Markup:

@@ -316,8 +316,9 @@ def aggregate_claims(name: str, values: Sequence[float]) -> dict[str, float]:
     only for scorers whose values are probabilities. An answer none of whose
     claims has a value gets NaN. Named ``<scorer>.min``, ``.mean``, ``.share``.
 
-    >>> aggregate_claims("claim_support", [0.2, 0.8, 0.6])
-    {'claim_support.min': 0.2, 'claim_support.mean': 0.5333333333333333, 'claim_support.share': 0.6666666666666666}
+    >>> aggregate_claims("claim_support", [0.2, 0.8, 0.6])  # doctest: +NORMALIZE_WHITESPACE
+    {'claim_support.min': 0.2, 'claim_support.mean': 0.5333333333333333,
+     'claim_support.share': 0.6666666666666666}
     """
     arr = np.asarray([v for v in values if not math.isnan(v)], dtype=np.float64)
     out = {f"{name}.min": float(arr.min()) if arr.size else math.nan,

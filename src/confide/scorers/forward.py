@@ -187,7 +187,7 @@ def _generation_prompt(record: Record, ctx: ScoringContext) -> Prompt:
     if prompt is None:
         raise CannotScore("the prompt the answer was generated from is not known (score "
                           "through the pipeline, which passes it)")
-    return prompt  # type: ignore[no-any-return]
+    return prompt
 
 
 def _attention(record: Record, ctx: ScoringContext) -> tuple[int, np.ndarray]:
@@ -265,8 +265,8 @@ def rauq(record: Record, ctx: ScoringContext) -> float:
     attends most to the previous token on average; :math:`\alpha = 0.5` for
     an answer to chat messages, 0.2 for one continuing a completion prompt (as
     the rendered prompt was given, not whether the model has a chat template;
-    ``ctx.options["rauq_alpha"]`` overrides). A confident token after a doubtful one inherits some doubt
-    when the head looks back at it.
+    ``ctx.options["rauq_alpha"]`` overrides). A confident token after a doubtful
+    one inherits some doubt when the head looks back at it.
 
     Equals LM-Polygraph's ``RAUQ`` (:math:`c = 1 - U`, its uncertainty is
     :math:`\max_l (1 - \cdot)`) fed the same attentions: Polygraph reads

@@ -151,8 +151,9 @@ def dominant_cut(top_logprobs: np.ndarray, *, jump: float = BOOSTEDPROB_JUMP,
 def boosted_token_probability(token_logprob: float, top_logprobs: np.ndarray) -> float:
     r"""BoostedProb of one chosen token: its dominant cluster's mass if it is dominant.
 
-    .. math:: b_t = \begin{cases} \sum_{j \le \mathrm{cut}} q_{t,j} & p_t(y_t) \ge q_{t,\mathrm{cut}}
-                  \text{ (the token is dominant)} \\ p_t(y_t) & \text{otherwise} \end{cases}
+    .. math:: b_t = \begin{cases} \sum_{j \le \mathrm{cut}} q_{t,j}
+                  & p_t(y_t) \ge q_{t,\mathrm{cut}} \text{ (the token is dominant)} \\
+                  p_t(y_t) & \text{otherwise} \end{cases}
 
     >>> round(boosted_token_probability(math.log(0.5), np.log([0.5, 0.45, 0.004, 0.003])), 6)
     0.95
@@ -202,6 +203,8 @@ def _word(piece: str) -> str:
     return piece.strip(string.punctuation + " \n")
 
 
+# The docstring's first line is the scorer's summary (`confide scorers`, the README), read
+# whole: it stays one line, hence the noqa at the docstring's end.
 @scorer("ccp", needs={Need.TOKEN_LOGPROBS, Need.TOP_LOGPROBS}, cost=Cost.FEATURES)
 def ccp(record: Record, ctx: ScoringContext) -> float:
     r"""Claim-conditioned probability: each token's probability among alternatives that change the meaning.
@@ -237,7 +240,7 @@ def ccp(record: Record, ctx: ScoringContext) -> float:
     References: [1] Fadeeva et al., 2024, "Fact-Checking the Output of Large
     Language Models via Token-Level Uncertainty Quantification", Findings of
     ACL (CCP).
-    """
+    """  # noqa: E501
     gen = record.greedy
     top = np.asarray(gen.top_logprobs, dtype=np.float64) if gen.top_logprobs is not None else None
     if top is None or gen.top_tokens is None:
@@ -254,7 +257,8 @@ def ccp(record: Record, ctx: ScoringContext) -> float:
     log_ccp = 0.0
     for token, lp, alt_tokens, alt_lps in zip(gen.tokens, chosen, gen.top_tokens, top):
         word = _word(token)
-        same, other = [float(lp)], []
+        same: list[float] = [float(lp)]
+        other: list[float] = []
         skipped_self = False
         for alt, alt_lp in zip(alt_tokens, alt_lps):
             if not skipped_self and alt == token and abs(float(alt_lp) - float(lp)) < 1e-4:

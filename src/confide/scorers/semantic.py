@@ -287,7 +287,8 @@ def removal_relevance(question: str, tokens: list[str], units: list[list[int]]) 
     texts = [f"{question} {''.join(tokens).strip()}"]
     for unit in units:
         drop = set(unit)
-        texts.append(f"{question} {''.join(t for i, t in enumerate(tokens) if i not in drop).strip()}")
+        kept = "".join(t for i, t in enumerate(tokens) if i not in drop).strip()
+        texts.append(f"{question} {kept}")
     e = np.asarray(embed_texts(texts), dtype=np.float64)
     return np.clip(1.0 - e[1:] @ e[0], 0.0, None)
 

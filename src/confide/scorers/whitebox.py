@@ -14,7 +14,6 @@ from confide.errors import CannotScore
 from confide.records import Generation, Record
 from confide.scorers.base import Need, scorer
 
-
 __all__ = ["token_statistic"]
 
 

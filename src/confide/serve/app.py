@@ -70,7 +70,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -89,6 +89,9 @@ from confide.serve.replies import Replies
 from confide.serve.upstream import Upstream
 from confide.streaming import EarlyAbstention
 
+if TYPE_CHECKING:  # claims_payload calls predict on arrays: the fitted class, not the Protocol
+    from confide.decisions.calibration import Calibrator as ClaimCalibrator
+
 __all__ = ["DEFAULT_ABSTAIN_MESSAGE", "create_app"]
 
 log = logging.getLogger(__name__)
@@ -103,7 +106,7 @@ def create_app(backend: Backend, *, model_name: str | None = None,
                timeout: float = 120.0, max_batch: int = 1, seed: int = 0,
                early_abstention: EarlyAbstention | None = None,
                summary_samples: int = 0, claims: Any = None,
-               claims_calibrator: Calibrator | None = None,
+               claims_calibrator: ClaimCalibrator | None = None,
                log_run: str | Path | None = None) -> FastAPI:
     """Build the server around a loaded backend.
 
@@ -126,7 +129,8 @@ def create_app(backend: Backend, *, model_name: str | None = None,
         describes the answer distribution (0: only when samples are drawn anyway).
     claims, claims_calibrator : a :class:`~confide.claims.ClaimConfig` to add
         ``confide.claims`` (each claim of the answer with its confidences;
-        :func:`~confide.claims.claims_payload`), and a calibrator of claim confidences.
+        :func:`~confide.claims.claims_payload`), and a calibrator of claim confidences
+        (:func:`~confide.claims.fit_claim_calibrator`).
     log_run : a run directory where every reply is stored as a record
         (:mod:`confide.serve.traffic`); a directory holding another setup's run is
         refused here.

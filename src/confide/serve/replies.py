@@ -12,12 +12,18 @@ import math
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from confide.backends.base import (Backend, GenerationResult, GenerationSpec, Prompt, Tokenizes,
-                                   item_seed)
+from confide.backends.base import (
+    Backend,
+    GenerationResult,
+    GenerationSpec,
+    Prompt,
+    Tokenizes,
+    item_seed,
+)
 from confide.errors import BackendError, BackendTimeout
 from confide.judges import ExactJudge
 from confide.pipeline import Pipeline
@@ -30,6 +36,9 @@ from confide.serve.sse import StreamReply, chat_logprobs, event_stream, text_log
 from confide.serve.upstream import Upstream
 from confide.streaming import AnswerStream, EarlyAbstention
 from confide.summary import summarize
+
+if TYPE_CHECKING:  # claims_payload calls predict on arrays: the fitted class, not the Protocol
+    from confide.decisions.calibration import Calibrator as ClaimCalibrator
 
 __all__ = ["Job", "Replies", "StreamLog"]
 
@@ -50,7 +59,7 @@ class Replies:
     early_abstention: EarlyAbstention | None
     summary_samples: int
     claims: Any = None
-    claims_calibrator: Calibrator | None = None
+    claims_calibrator: ClaimCalibrator | None = None
     pipe: Pipeline | None = None  # set once the upstream has started (it probes capabilities)
     traffic: Any = None  # a TrafficLog (``--log-run``): every reply stored as a record
 

@@ -18,9 +18,17 @@ import asyncio
 import concurrent.futures
 import functools
 from dataclasses import dataclass, field
+from typing import cast
 
-from confide.backends.base import (Backend, GenerationResult, GenerationSpec, GeneratesAsync,
-                                   Prompt, Streams, TokenCallback)
+from confide.backends.base import (
+    Backend,
+    GeneratesAsync,
+    GenerationResult,
+    GenerationSpec,
+    Prompt,
+    Streams,
+    TokenCallback,
+)
 from confide.errors import BackendError, BackendTimeout
 
 __all__ = ["Upstream"]
@@ -116,8 +124,9 @@ class Upstream:
                 job for job in waiting if job.spec == spec and job.on_token is None
             ][:self.max_batch]
             waiting = [job for job in waiting if job not in batch]
+            # a hook comes only from a caller that checked can_stream: the backend Streams
             call = self.backend.generate if hook is None else functools.partial(
-                self.backend.generate, on_token=hook)
+                cast(Streams, self.backend).generate, on_token=hook)
             try:
                 results = await loop.run_in_executor(
                     thread, call, [j.prompt for j in batch], spec, [j.seed for j in batch])

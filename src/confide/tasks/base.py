@@ -110,32 +110,40 @@ class Task:
         """
         t = self.templates
         variables = self._variables(item)
-        header = render_template(t["header"], variables) if t.get("header") else ""
-        if chat and t.get("chat") is None and isinstance(item.prompt, str):
+        header_template, chat_template = t.get("header"), t.get("chat")
+        header = render_template(header_template, variables) if header_template else ""
+        if chat and chat_template is None and isinstance(item.prompt, str):
             chat = False  # a format without a chat template prompts every model k-shot
         if chat:
             if not isinstance(item.prompt, str):  # the user's own chat messages
                 return [dict(m) for m in item.prompt]
+            assert chat_template is not None  # a text prompt without one went k-shot above
             messages: list[Message] = []
-            if t.get("system"):
+            system = t.get("system")
+            if system:
                 messages.append({"role": "system",
-                                 "content": render_template(t["system"], variables)})
+                                 "content": render_template(system, variables)})
             for ex in self.exemplars(item, self.chat_fewshot):
                 messages.append({"role": "user", "content": render_template(
-                    t["chat"], self._variables(ex))})
+                    chat_template, self._variables(ex))})
                 ans = self._exemplar_answer(ex)
                 messages.append({"role": "assistant", "content": render_template(
                     t["target"] or "{{ answer }}", self._variables(ex, answer=ans)).strip()})
-            messages.append({"role": "user", "content": render_template(t["chat"], variables)})
+            messages.append({"role": "user", "content": render_template(chat_template,
+                                                                        variables)})
             first_user = next(m for m in messages if m["role"] == "user")
             first_user["content"] = header + first_user["content"]
             return messages
+        completion = t["completion"]
+        if completion is None:
+            raise InvalidInputError("a completion prompt needs a 'completion' template",
+                                    field="prompt_template")
         parts = []
         for ex in self.exemplars(item, self.num_fewshot):
             v = self._variables(ex, answer=self._exemplar_answer(ex))
-            parts.append(render_template(t["completion"], v)
+            parts.append(render_template(completion, v)
                          + render_template(t["target"] or "", v))
-        parts.append(render_template(t["completion"], variables))
+        parts.append(render_template(completion, variables))
         return header + (t["separator"] or "\n\n").join(parts)
 
     def exemplars(self, item: Item, k: int) -> list[Item]:

@@ -51,7 +51,7 @@ _TQA_PREFIX, _TQA_SUFFIX = "Question:", "Answer:"
 def _triviaqa_items(path: Path, bad: BadRecords, id_prefix: str) -> list[Item]:
     items = []
     for line, rec in iter_jsonl(path, bad):
-        def err(msg: str, fld: str) -> InvalidInputError:
+        def err(msg: str, fld: str, line: int = line) -> InvalidInputError:
             return InvalidInputError(msg, file=str(path), line=line, field=fld)
 
         context = rec.get("context")
@@ -127,7 +127,7 @@ _CALC = re.compile(r"<<[^>]*>>")
 def _gsm8k_items(path: Path, bad: BadRecords, id_prefix: str) -> list[Item]:
     items = []
     for line, rec in iter_jsonl(path, bad):
-        def err(msg: str, fld: str) -> InvalidInputError:
+        def err(msg: str, fld: str, line: int = line) -> InvalidInputError:
             return InvalidInputError(msg, file=str(path), line=line, field=fld)
 
         item_id = f"{id_prefix}-{line - 1}"
@@ -265,7 +265,7 @@ def _gauntlet_mc_items(kind: str) -> Any:
     def parse(path: Path, bad: BadRecords, id_prefix: str) -> list[Item]:
         items = []
         for line, rec in iter_jsonl(path, bad):
-            def err(msg: str, fld: str) -> InvalidInputError:
+            def err(msg: str, fld: str, line: int = line) -> InvalidInputError:
                 return InvalidInputError(msg, file=str(path), line=line, field=fld)
 
             item_id = f"{id_prefix}-{line - 1}"
@@ -368,7 +368,7 @@ def _mmlu_file_items(path: Path, subject: str, bad: BadRecords, id_prefix: str) 
                                     file=str(path), line=1, field="header")
         item_id = f"{id_prefix}-{subject}-{row}"
 
-        def err(msg: str, fld: str) -> InvalidInputError:
+        def err(msg: str, fld: str, line: int = line) -> InvalidInputError:
             return InvalidInputError(msg, file=str(path), line=line, field=fld)
 
         if not rec["question"].strip():
@@ -457,7 +457,7 @@ def _bfcl_items(path: Path, answers: Path, category: str, bad: BadRecords) -> li
         truth[rec["id"]] = rec["ground_truth"]
     items = []
     for line, rec in iter_jsonl(path, bad):
-        def err(msg: str, fld: str) -> InvalidInputError:
+        def err(msg: str, fld: str, line: int = line) -> InvalidInputError:
             return InvalidInputError(msg, file=str(path), line=line, field=fld)
 
         item_id = rec.get("id")

@@ -157,7 +157,7 @@ def records_to_items(rows: Iterator[tuple[int, dict[str, Any]]], *, source: str,
     fields_seen: set[str] = set()
     for line, rec in rows:
         fields_seen.update(rec)
-        def err(msg: str, fld: str) -> InvalidInputError:
+        def err(msg: str, fld: str, line: int = line) -> InvalidInputError:
             return InvalidInputError(msg, file=source, line=line, field=fld)
 
         if id_field is not None and id_field not in rec:

@@ -139,5 +139,4 @@ def iter_parquet(path: str | Path, bad: BadRecords) -> Iterator[tuple[int, dict[
         table = pq.read_table(path)
     except Exception as exc:  # pyarrow raises several types for unreadable files
         raise InvalidInputError(f"cannot read Parquet: {exc}", file=str(path)) from exc
-    for n, row in enumerate(table.to_pylist(), start=1):
-        yield n, row
+    yield from enumerate(table.to_pylist(), start=1)

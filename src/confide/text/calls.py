@@ -37,7 +37,7 @@ def _calls_from_json(obj: Any) -> list[Call]:
     if "function" in obj and isinstance(obj["function"], dict):
         return _calls_from_json(obj["function"])
     if "name" in obj and isinstance(obj["name"], str):
-        args = next((obj[k] for k in ("arguments", "parameters", "args") if k in obj), {})
+        args: Any = next((obj[k] for k in ("arguments", "parameters", "args") if k in obj), {})
         if isinstance(args, str):
             try:
                 args = json.loads(args)

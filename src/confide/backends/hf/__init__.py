@@ -43,4 +43,5 @@ __all__ = ["HFBackend", "choose_dtype"]
 
 # MIN_SHARED_PREFIX and the three private names stay importable from here, where tests and
 # benchmarks have imported them; MIN_SHARED_PREFIX is read in (and patched on)
-# confide.backends.hf.decoding.
+# confide.backends.hf.decoding. Listed in __all__ as the deliberate re-exports they are.
+__all__ += ["MIN_SHARED_PREFIX", "_common_prefix", "_divergences_from_uniform", "_nucleus_draw"]

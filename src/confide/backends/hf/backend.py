@@ -12,9 +12,18 @@ from typing import Any
 
 import torch
 
-from confide.backends.base import (Backend, HasAttentions, HasContextWindow, HasLayers,
-                                   NextTokenScorer, Prompt, ScoresUnconditioned, Streams,
-                                   Tokenizes, encode_prompt)
+from confide.backends.base import (
+    Backend,
+    HasAttentions,
+    HasContextWindow,
+    HasLayers,
+    NextTokenScorer,
+    Prompt,
+    ScoresUnconditioned,
+    Streams,
+    Tokenizes,
+    encode_prompt,
+)
 from confide.backends.hf.cache import cache_of
 from confide.backends.hf.decoding import DecodingLoop
 from confide.backends.hf.passes import ExtraPasses

@@ -15,13 +15,18 @@ from __future__ import annotations
 import math
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from confide.backends.base import (GenerationResult, GenerationSpec, Prompt, TokenCallback,
-                                   TokenEvent)
+from confide.backends.base import (
+    GenerationResult,
+    GenerationSpec,
+    Prompt,
+    TokenCallback,
+    TokenEvent,
+)
 from confide.backends.hf.cache import cache_from, gather_columns, key_values, select_rows
 from confide.backends.hf.steps import choose_tokens, step_statistics
 from confide.records import Generation
@@ -61,6 +66,8 @@ class _Batch:
         if not keep:
             self.cache = self.mask = self.positions = self.tokens = None
             return
+        # rows remain, so mask, positions and tokens are set
+        assert self.mask is not None and self.positions is not None and self.tokens is not None
         index = torch.tensor(keep, device=device)
         select_rows(self.cache, index)
         self.mask, self.positions = self.mask[index], self.positions[index]
@@ -123,6 +130,23 @@ class _Buffers:
 
 class DecodingLoop:
     """Generation of :class:`~confide.backends.hf.HFBackend` (a mixin of it)."""
+
+    if TYPE_CHECKING:  # what this mixin uses of HFBackend, declared for the type checker
+        model: Any
+        tokenizer: Any
+        device: str
+        batch_size: int
+        _eos_ids: set[int]
+        _prefix: tuple[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] | None
+
+        def encode(self, prompt: Prompt) -> list[int]: ...
+        def _piece(self, token_id: int) -> str: ...
+        def rows_per_step(self, context: int, wanted: int) -> int: ...
+        def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor,
+                     positions: torch.Tensor, cache: Any, want_hidden: bool
+                     ) -> tuple[torch.Tensor, Any, Any]: ...
+        def _left_padded(self, prompts: list[list[int]]
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
 
     def generate(self, prompts: list[Prompt], spec: GenerationSpec, seeds: list[int], *,
                  on_token: TokenCallback | None = None) -> list[GenerationResult]:
@@ -208,6 +232,7 @@ class DecodingLoop:
         while waiting or batch.rows:
             logits = hidden = None
             if batch.rows:
+                assert batch.tokens is not None  # a batch with rows has their last tokens
                 logits, batch.cache, layers = self._forward(
                     batch.tokens[:, None], batch.mask, batch.positions, batch.cache, want_hidden)
                 hidden = _chosen_layers(layers, spec.hidden_layers)
@@ -221,8 +246,8 @@ class DecodingLoop:
             out.record(slots, steps, step_stats, top_values, top_ids, hidden)
             if on_step is not None:  # streaming hook: this step's statistics, on the CPU
                 hook_stats = step_stats.tolist()
-                hook_top = (top_values.tolist(), top_ids.tolist()) if top_values is not None \
-                    else None
+                hook_top = (top_values.tolist(), top_ids.tolist()) \
+                    if top_values is not None and top_ids is not None else None
             keep = []
             for b, (i, token) in enumerate(zip(batch.rows, chosen.tolist(), strict=True)):
                 row = rows[i]
@@ -250,6 +275,8 @@ class DecodingLoop:
             if len(keep) < len(batch.rows):  # finished rows leave the batch
                 batch.select(keep, self.device)
             if batch.rows:
+                # rows remain, so mask and positions are set
+                assert batch.mask is not None and batch.positions is not None
                 batch.mask = torch.cat([batch.mask, batch.mask.new_ones((len(batch.rows), 1))],
                                        dim=-1)
                 batch.positions = batch.positions + 1
@@ -305,8 +332,13 @@ class DecodingLoop:
             if not pending[rows[i].question]:
                 del prefills[rows[i].question]  # no row needs this prompt's cache again
         new_logits = torch.cat([made.logits[index] for made, index in parts])
-        new_hidden = (torch.cat([made.hidden[index] for made, index in parts])
-                      if spec.hidden_layers else None)
+        new_hidden = None
+        if spec.hidden_layers:
+            taken = []
+            for made, index in parts:
+                assert made.hidden is not None  # a prefill keeps the layers the spec asks for
+                taken.append(made.hidden[index])
+            new_hidden = torch.cat(taken)
         if not paddable:
             (made, index), = parts
             batch.cache, batch.mask = made.cache, made.mask[index]

@@ -13,17 +13,37 @@ nothing is generated.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 import torch
 
 from confide.backends.base import Prompt
 from confide.errors import InvalidInputError
 
+if TYPE_CHECKING:
+    from confide.backends.models import ModelSource
+
 __all__ = ["ExtraPasses"]
 
 
 class ExtraPasses:
     """The extra forward passes of :class:`~confide.backends.hf.HFBackend` (a mixin of it)."""
+
+    if TYPE_CHECKING:  # what this mixin uses of HFBackend, declared for the type checker
+        model: Any
+        tokenizer: Any
+        source: ModelSource
+        device: str
+        batch_size: int
+        has_chat_template: bool
+        _decoder: Any
+        _eos_ids: set[int]
+
+        def encode(self, prompt: Prompt) -> list[int]: ...
+        def float32_logits(self, hidden: torch.Tensor) -> torch.Tensor: ...
+        def _left_padded(self, prompts: list[list[int]]
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
 
     # -- next-token scoring ------------------------------------------------------
 

@@ -21,7 +21,7 @@ import platform
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -29,6 +29,9 @@ import torch
 from confide.backends.hf.cache import cache_of, select_rows
 from confide.backends.models import cache_dir
 from confide.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from confide.backends.models import ModelSource
 
 __all__ = ["DTYPES", "MeasuredSettings", "choose_dtype"]
 
@@ -114,6 +117,15 @@ def _hardware_name(device: str) -> str:
 
 class MeasuredSettings:
     """The measured settings of :class:`~confide.backends.hf.HFBackend` (a mixin of it)."""
+
+    if TYPE_CHECKING:  # what this mixin uses of HFBackend, declared for the type checker
+        model: Any
+        source: ModelSource
+        device: str
+        dtype: torch.dtype
+        max_rows: int | None
+        _pad_id: int
+        _cache_kwarg: str
 
     def _tuning_key(self, what: str) -> str:
         return "|".join([what, self.source.path, self.device, _hardware_name(self.device),
