@@ -43,7 +43,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from confide.backends.base import Backend, GenerationSpec
+from confide.backends.base import Backend, GenerationSpec, HasChatTemplate
 from confide.errors import InvalidInputError
 from confide.options import CHOICES, check_choice
 from confide.records import Claim, Generation
@@ -244,7 +244,7 @@ def model_claims(backend: Backend, pairs: list[tuple[str, str]], *,
 
     Lines are stripped of list markers; empty lines are dropped.
     """
-    chat = bool(getattr(backend, "has_chat_template", False))
+    chat = isinstance(backend, HasChatTemplate) and bool(backend.has_chat_template)
     prompts = [claim_prompt(q, a, chat=chat) for q, a in pairs]
     spec = GenerationSpec(max_new_tokens=max_new_tokens, stop=("\n\n",), top_k_alternatives=0)
     results = backend.generate(prompts, spec, [0] * len(prompts))

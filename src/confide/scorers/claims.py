@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from confide.backends.base import HasChatTemplate
 from confide.backends.binary import two_way_probabilities
 from confide.claims.split import sentence_spans, token_spans
 from confide.errors import CannotScore
@@ -286,7 +287,7 @@ def claim_p_true(record: Record, claims: list[Claim], ctx: ScoringContext) -> li
     """
     if ctx.backend is None:
         raise CannotScore("no backend to ask the extra question")
-    chat = bool(getattr(ctx.backend, "has_chat_template", False))
+    chat = isinstance(ctx.backend, HasChatTemplate) and bool(ctx.backend.has_chat_template)
     question = question_text(record.item)
     prompts = [claim_p_true_prompt(question, record.greedy.text, c.text, chat=chat)
                for c in claims]
