@@ -50,7 +50,9 @@ def test_api_and_run_loop_give_the_same_record(hf_model, tmp_path):
     data = tmp_path / "qa.jsonl"
     data.write_text('{"id": "q0", "question": "Who wrote Hamlet?", '
                     '"references": ["Shakespeare"]}\n')
-    execute(RunConfig(task=str(data), limit=None), tmp_path / "run", backend=hf_model)
+    # a user's QA file gets the k-shot prompt by default; confide.score asks in a chat turn
+    execute(RunConfig(task=str(data), limit=None, task_options={"prompt": "chat"}),
+            tmp_path / "run", backend=hf_model)
     with RunStore.open(tmp_path / "run") as store:
         stored = store.records()[0]
     answer = confide.score(hf_model, [Item("q0", "Who wrote Hamlet?", ["Shakespeare"])])[0]

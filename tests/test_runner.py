@@ -56,7 +56,8 @@ def test_run_refuses_a_different_configuration(hf_model, tmp_path):
 
 
 def test_run_unknown_scorer_lists_known_ones(tmp_path):
-    with pytest.raises(UnknownNameError, match=r"Did you mean 'msp'.*Known scorers: .*length"):
+    with pytest.raises(UnknownNameError,
+                       match=r"Did you mean 'msp'.*Known answer-level scorers: .*length"):
         execute(RunConfig(scorers=("mspp",)), tmp_path)
     assert not (tmp_path / "run.sqlite").exists()  # refused before touching the store
 

@@ -119,7 +119,7 @@ def test_decisions_import_no_torch():
     import subprocess
     import sys
 
-    code = ("import sys, confide.decisions, confide.decisions.render;"
+    code = ("import sys, confide.decisions, confide.render.decisions;"
             "print('torch' in sys.modules, 'transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
