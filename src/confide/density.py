@@ -39,7 +39,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from confide.errors import InvalidInputError
-from confide.learned import Learned, hidden_keys, run_digest
+from confide.learned import Learned, run_digest
+from confide.learned.model import chosen_hidden_keys
 from confide.metrics.crossfit import crossfit_splits
 from confide.records import Record
 
@@ -247,18 +248,7 @@ def fit(records: Sequence[Record], *, kind: str, grader: str, model: dict[str, A
     graded = [r for r in records if grader in r.grades]
     if not graded:
         raise InvalidInputError(f"no record is graded with {grader!r}", field="grader")
-    available = hidden_keys(graded)
-    if not available:
-        raise InvalidInputError("the records hold no hidden states; run with "
-                                "--hidden-layers (e.g. 8,16,-1)", field="hidden_layers")
-    if layer in (None, "best"):
-        keys = available
-    else:
-        key = layer if ":" in layer else f"{layer}:mean"
-        if key not in available:
-            raise InvalidInputError(f"no hidden state {key!r} in every record; stored: "
-                                    f"{', '.join(available)}", field="layer")
-        keys = [key]
+    keys = chosen_hidden_keys(graded, layer)
     usable = [r for r in graded if all(w is None for w in _states([r], keys[0], kind)[1])]
     if len(usable) < 4:
         raise InvalidInputError(f"{kind} needs at least 4 graded records with hidden states "

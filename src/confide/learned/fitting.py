@@ -24,7 +24,14 @@ from confide.learned.estimators import (
     predict_params,
     selection_search,
 )
-from confide.learned.model import KINDS, TOKEN_FEATURES, Kind, Learned, feature_matrix, hidden_keys
+from confide.learned.model import (
+    KINDS,
+    TOKEN_FEATURES,
+    Kind,
+    Learned,
+    chosen_hidden_keys,
+    feature_matrix,
+)
 from confide.metrics.crossfit import crossfit_splits
 from confide.records import Record
 
@@ -109,18 +116,7 @@ def fit(records: Sequence[Record], *, kind: Kind, grader: str, model: dict[str, 
         views["scores"] = x
         features, keys = names, ["scores"]
     else:
-        available = hidden_keys(graded)
-        if not available:
-            raise InvalidInputError("the records hold no hidden states; run with "
-                                    "--hidden-layers (e.g. 8,16,-1)", field="hidden_layers")
-        if layer in (None, "best"):
-            keys = available
-        else:
-            key = layer if ":" in layer else f"{layer}:mean"
-            if key not in available:
-                raise InvalidInputError(f"no hidden state {key!r} in every record; stored: "
-                                        f"{', '.join(available)}", field="layer")
-            keys = [key]
+        keys = chosen_hidden_keys(graded, layer)
         for key in keys:
             views[key], why = feature_matrix(kind, key, [], graded)
             if any(why):

@@ -27,7 +27,7 @@ from confide.scorers import ScoringContext, run_scorer, scorer_at
 from confide.scorers.fitted import FITTED_FINAL, FITTED_RUN, fitted_context
 
 __all__ = ["FORMAT", "KINDS", "TOKEN_FEATURES", "Kind", "Learned", "feature_matrix",
-           "hidden_keys", "token_features"]
+           "chosen_hidden_keys", "hidden_keys", "token_features"]
 
 FORMAT = "confide-learned/1"
 KINDS = ("probe", "lens", "combiner")
@@ -78,6 +78,22 @@ def hidden_keys(records: Sequence[Record]) -> list[str]:
         layer, _, pool = k.partition(":")
         return (int(layer) if layer.lstrip("-").isdigit() else 0, pool)
     return sorted(keys or (), key=order)
+
+
+def chosen_hidden_keys(records: Sequence[Record], layer: str | None) -> list[str]:
+    """The hidden-state keys a fit reads: every stored one for ``layer`` None or
+    ``"best"``, else ``layer`` (``8`` means ``8:mean``), which every record must hold."""
+    available = hidden_keys(records)
+    if not available:
+        raise InvalidInputError("the records hold no hidden states; run with "
+                                "--hidden-layers (e.g. 8,16,-1)", field="hidden_layers")
+    if layer in (None, "best"):
+        return available
+    key = layer if ":" in layer else f"{layer}:mean"
+    if key not in available:
+        raise InvalidInputError(f"no hidden state {key!r} in every record; stored: "
+                                f"{', '.join(available)}", field="layer")
+    return [key]
 
 
 @dataclass
