@@ -61,7 +61,7 @@ import codecs
 import itertools
 import json
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -76,7 +76,7 @@ from confide.registry import Registry
 __all__ = ["BadField", "CHUNK", "Context", "FORMATS", "Imported", "LogFormat", "Step",
            "answer_length", "build_generation", "capabilities_of", "check_logprob",
            "check_prob", "decode_line", "entropy_bounds", "file_layout", "get_list",
-           "get_str", "is_blank", "iter_json_records", "label_from", "need_list",
+           "get_str", "is_blank", "item_id", "iter_json_records", "label_from", "need_list",
            "references_from", "text_prompt"]
 
 #: Bytes read at a time when streaming a JSON array or pretty-printed objects.
@@ -210,6 +210,19 @@ def check_prob(value: Any, where: str) -> float:
 
 def _kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
+
+
+def item_id(sources: Sequence[tuple[dict[str, Any], str, str]], default: str) -> str:
+    """The first id found among ``(object, key, field named in errors)``, as text;
+    ``default`` (the file's stem and line) when none is there."""
+    for source, key, where in sources:
+        value = source.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise BadField(where, "an id must be text or an integer")
+        return str(value)
+    return default
 
 
 def get_str(obj: dict[str, Any], key: str, where: str, *, default: str | None = None,

@@ -51,6 +51,7 @@ from confide.ingest.common import (
     capabilities_of,
     check_logprob,
     get_list,
+    item_id,
     label_from,
     references_from,
     text_prompt,
@@ -121,14 +122,10 @@ def parse(obj: dict[str, Any], ctx: Context) -> Imported:
         gen, more = _answer(s, f"samples[{i}].", ctx)
         samples.append(gen)
         notes = {**more, **notes}
-    item_id = ctx.default_id
-    if obj.get("id") is not None:
-        if isinstance(obj["id"], bool) or not isinstance(obj["id"], (str, int)):
-            raise BadField("id", "an id must be text or an integer")
-        item_id = str(obj["id"])
+    the_id = item_id([(obj, "id", "id")], ctx.default_id)
     metadata = {k: v for k, v in obj.items() if k not in _KNOWN}
     caps = capabilities_of(greedy, samples)
-    return Imported(item=Item(id=item_id, prompt=prompt,
+    return Imported(item=Item(id=the_id, prompt=prompt,
                               references=references_from(obj.get("references"), "references"),
                               metadata=metadata),
                     greedy=greedy, samples=samples, label=label_from(obj, ctx, ("label",)),

@@ -66,6 +66,7 @@ from confide.ingest.common import (
     check_prob,
     get_list,
     get_str,
+    item_id,
     label_from,
     references_from,
     text_prompt,
@@ -237,14 +238,7 @@ def parse(obj: dict[str, Any], ctx: Context) -> Imported:
     greedy, more = build_generation(text, steps, finish_reason="length" if limit else "stop",
                                     bounds=bounds)
     notes = {**more, **notes}
-    item_id = ctx.default_id
-    for key in ("custom_id", "id"):
-        value = obj.get(key)
-        if value is not None:
-            if isinstance(value, bool) or not isinstance(value, (str, int)):
-                raise BadField(key, "an id must be text or an integer")
-            item_id = str(value)
-            break
+    the_id = item_id([(obj, "custom_id", "custom_id"), (obj, "id", "id")], ctx.default_id)
     prompt: str | list[dict[str, str]] = ""
     for source, at in ((request, "request."), (reply, where), (obj, "")):
         if not isinstance(source, dict):
@@ -257,7 +251,7 @@ def parse(obj: dict[str, Any], ctx: Context) -> Imported:
         break
     metadata = {"model": reply["model"]} if isinstance(reply.get("model"), str) else {}
     caps = capabilities_of(greedy, [])
-    return Imported(item=Item(id=item_id, prompt=prompt,
+    return Imported(item=Item(id=the_id, prompt=prompt,
                               references=references_from(obj.get("references"), "references"),
                               metadata=metadata),
                     greedy=greedy, label=label_from(obj, ctx, ("label",)), line=ctx.line,

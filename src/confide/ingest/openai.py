@@ -72,6 +72,7 @@ from confide.ingest.common import (
     check_logprob,
     entropy_bounds,
     get_list,
+    item_id,
     label_from,
     need_list,
     references_from,
@@ -262,15 +263,8 @@ def _choice(choice: Any, where: str, ctx: Context) -> tuple[Generation, dict[str
 
 
 def _item_id(obj: dict[str, Any], body: dict[str, Any], ctx: Context) -> str:
-    for source, key, where in ((obj, "custom_id", "custom_id"), (obj, "id", "id"),
-                               (body, "id", "response.id")):
-        value = source.get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, (str, int)):
-            raise BadField(where, "an id must be text or an integer")
-        return str(value)
-    return ctx.default_id
+    return item_id([(obj, "custom_id", "custom_id"), (obj, "id", "id"),
+                    (body, "id", "response.id")], ctx.default_id)
 
 
 def parse(obj: dict[str, Any], ctx: Context) -> Imported:

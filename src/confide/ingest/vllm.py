@@ -64,6 +64,7 @@ from confide.ingest.common import (
     check_logprob,
     get_list,
     get_str,
+    item_id,
     label_from,
     need_list,
     references_from,
@@ -178,21 +179,14 @@ def parse(obj: dict[str, Any], ctx: Context) -> Imported:
     samples = [g for g, _ in gens[1:]]
     for _, more in gens[1:]:
         notes = {**more, **notes}
-    item_id = ctx.default_id
-    for key in ("id", "request_id"):
-        value = obj.get(key)
-        if value is not None:
-            if isinstance(value, bool) or not isinstance(value, (str, int)):
-                raise BadField(key, "an id must be text or an integer")
-            item_id = str(value)
-            break
+    the_id = item_id([(obj, "id", "id"), (obj, "request_id", "request_id")], ctx.default_id)
     prompt: str | list[dict[str, str]] = ""
     for key in ("prompt", "messages", "question"):
         if obj.get(key) is not None:
             prompt = text_prompt(obj[key], key)
             break
     caps = capabilities_of(greedy, samples)
-    return Imported(item=Item(id=item_id, prompt=prompt,
+    return Imported(item=Item(id=the_id, prompt=prompt,
                               references=references_from(obj.get("references"), "references")),
                     greedy=greedy, samples=samples, label=label_from(obj, ctx, ("label",)),
                     line=ctx.line, capabilities=caps,
