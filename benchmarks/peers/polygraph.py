@@ -62,11 +62,12 @@ SPEED_SCORERS = ("msp", "mean_logprob", "mean_entropy", "self_certainty", "mc_en
 # Parity: rows of the table. Judge-dependent rows are compared once per judge.
 PLAIN = ("msp", "mean_logprob", "mean_entropy", "self_certainty", "renyi_negentropy",
          "fisher_rao", "mc_entropy", "mc_entropy_normalized", "lexical_similarity", "token_sar",
-         "sar", "p_true")
+         "sar", "sentence_sar", "p_true")
 # Scored with the generation prompt and the backend's extra forward passes.
 FORWARD = ("pmi", "cpmi", "rauq", "attention_score")
 JUDGED = ("eigv", "degree", "eccentricity", "kernel_language_entropy", "semantic_entropy",
-          "semantic_entropy_weighted", "num_sets", "cocoa")
+          "semantic_entropy_weighted", "num_sets", "cocoa", "cocoa_ppl", "cocoa_mte", "label_prob",
+          "semantic_density")
 JUDGES = ("exact", "embedding")
 
 
@@ -317,66 +318,354 @@ def parity(args: argparse.Namespace, python: Path, folder: Path) -> None:
               f"{delta:11.2e} {int(both.sum()):3d} {only:>14s}")
 
 
+# ----------------------------------------------------------------------------- end to end
+
+# confide scorer -> the name Polygraph's UEManager gives the estimator's column.
+E2E_GREEDY = {"msp": "MaximumSequenceProbability", "mean_logprob": "Perplexity",
+              "mean_entropy": "MeanTokenEntropy", "self_certainty": "SelfCertainty",
+              "renyi_negentropy": "RenyiNeg", "fisher_rao": "FisherRao",
+              "boostedprob": "BoostedProbSequence", "pmi": "MeanPointwiseMutualInformation",
+              "cpmi": "MeanConditionalPointwiseMutualInformation", "rauq": "RAUQ",
+              "attention_score": "AttentionScore", "p_true": "PTrue"}
+E2E_SAMPLED = {"mc_entropy": "MonteCarloSequenceEntropy",
+               "mc_entropy_normalized": "MonteCarloNormalizedSequenceEntropy",
+               "lexical_similarity": "LexicalSimilarity_rougeL", "eigenscore": "EigenScore"}
+
+
+def _column(table: dict, name: str) -> list:
+    """Polygraph's column for an estimator (AttentionScore's name carries its layer)."""
+    return next(v for k, v in table.items() if k == name or k.startswith(name + " ("))
+
+
+def _greedy_match(ours: list[int], theirs: list[int], stop_or_eos) -> str:
+    """How Polygraph's greedy token ids relate to confide's for one item."""
+    if ours == theirs:
+        return "identical"
+    if theirs and stop_or_eos(theirs[-1]) and ours == theirs[:-1]:
+        return "identical + Polygraph's end token"
+    at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b),
+              min(len(ours), len(theirs)))
+    return f"differ at token {at}"
+
+
+def _max_delta(mine, theirs, mapping, rows) -> tuple[float, int]:
+    mine = np.asarray([mine[i] for i in rows], dtype=float)
+    mapped = mapping(np.asarray([math.nan if theirs[i] is None else theirs[i] for i in rows],
+                                dtype=float))
+    both = np.isfinite(mine) & np.isfinite(mapped)
+    return (float(np.max(np.abs(mine[both] - mapped[both]))) if both.any() else math.nan,
+            int(both.sum()))
+
+
+def _export_polygraph_run(stats: dict, prompts: list[str], tokenizer, path: Path) -> None:
+    """Polygraph's greedy answers and samples, with its token log-probabilities, in confide's
+    own ``jsonl`` log form (what a user with a Polygraph run would import)."""
+    def answer(tokens, logprobs):
+        return {"answer": tokenizer.decode(tokens),
+                "tokens": [tokenizer.decode([t]) for t in tokens],
+                "token_logprobs": [min(float(v), 0.0) for v in logprobs]}
+
+    with path.open("w") as fh:
+        for n, prompt in enumerate(prompts):
+            record = {"id": f"q{n}", "question": prompt,
+                      **answer(stats["greedy_tokens"][n], stats["greedy_log_likelihoods"][n]),
+                      "samples": [answer(t, lp) for t, lp in zip(
+                          stats["sample_tokens"][n], stats["sample_log_likelihoods"][n])]}
+            fh.write(json.dumps(record) + "\n")
+
+
+def _check_unconditioned_rule(backend, stats: dict) -> None:
+    """Whether Polygraph's unconditioned log-probabilities (PMI, CPMI) are the answer's own
+    tokens read one position late: ``log p(y_j | y_<=j)`` (the chance that y_j comes again)
+    rather than ``log p(y_j | y_<j)``."""
+    import torch
+
+    late, aligned = 0.0, 0.0
+    for tokens, u in zip(stats["greedy_tokens"], stats["greedy_lm_log_likelihoods"]):
+        with torch.inference_mode():
+            logits = backend.model(input_ids=torch.tensor([tokens])).logits[0].float()
+        logp = torch.log_softmax(logits, dim=-1).double().numpy()
+        u = np.asarray(u, dtype=np.float64)
+        late = max(late, float(np.max(np.abs(logp[np.arange(len(tokens)), tokens] - u))))
+        if len(tokens) > 1:
+            aligned = max(aligned, float(np.max(np.abs(
+                logp[np.arange(len(tokens) - 1), tokens[1:]] - u[1:]))))
+    print(f"\nPMI, CPMI: Polygraph's unconditioned log p equals log p(y_j | y_<=j) of a pass "
+          f"over the answer alone to {late:.1e} (its rule, one position late); the aligned "
+          f"log p(y_j | y_<j) differs from it by up to {aligned:.1e}.")
+
+
+def _check_min_new_tokens(backend, prompts: list[str], stats: dict, rows: list[int]) -> None:
+    """The size of Polygraph's ``min_new_tokens=2``: its log-probabilities are read after
+    the EOS logit is set to -inf at the first two steps, so there they are renormalised
+    over V - 1 tokens, shifted by -log(1 - p(EOS))."""
+    import torch
+
+    eos = sorted(backend._eos_ids)
+    shift = 0.0
+    for i in rows:
+        ids = backend.encode(prompts[i]) + list(stats["greedy_tokens"][i])
+        start = len(ids) - len(stats["greedy_tokens"][i]) - 1
+        with torch.inference_mode():
+            logits = backend.model(input_ids=torch.tensor([ids])).logits[0].float()
+        p = torch.softmax(logits[start:start + 2].double(), dim=-1)[:, eos].sum(-1)
+        shift = max(shift, float(-torch.log1p(-p).max()))
+    print(f"min_new_tokens=2: Polygraph's first two steps exclude EOS, which shifts their log p "
+          f"by up to {shift:.1e} (p(EOS) there up to {-math.expm1(-shift):.1e}) and counts "
+          f"V - 1 tokens in SelfCertainty, Renyi and Fisher-Rao.")
+
+
+def end_to_end(args: argparse.Namespace, python: Path, folder: Path) -> None:
+    """Each tool's own pipeline on the same prompts: greedy tokens compared, then every
+    estimator both implement; sampled methods scored by confide on Polygraph's samples."""
+    from confide.api import open_run
+    from confide.backends.base import GenerationSpec, item_seed
+    from confide.backends.hf import HFBackend
+    from confide.records import Generation, Record
+    from confide.scorers import SCORERS, ScoringContext, run_scorer
+    from confide.tasks import load_task
+
+    backend = HFBackend(args.model, dtype="float32", batch_size=8)
+    task = load_task("triviaqa", limit=args.items)
+    prompts = [task.render(it, chat=backend.has_chat_template) for it in task.items]
+    # top 200: every token past it has p <= 1/200 < BoostedProb's epsilon, so its dominant
+    # set is always known
+    if not all(isinstance(p, str) for p in prompts):
+        raise SystemExit("end to end: TriviaQA's k-shot text prompt expected")
+    payload = folder / "pipeline_in.json"
+    payload.write_text(json.dumps({
+        "model_dir": str(backend.source.path), "dtype": "float32", "prompts": prompts,
+        "targets": [it.references[0] for it in task.items], "batch_size": 1,
+        "max_new_tokens": args.max_new_tokens, "temperature": 1.0, "top_p": 0.9,
+        "stop": list(task.stop), "seed": 0, "samples": args.samples, "instruct": False}))
+    out = folder / "pipeline_out.json"
+    seconds, _ = run_worker(python, "pipeline", payload, out)
+    theirs = json.loads(out.read_text())
+    stats, vocab = theirs["stats"], theirs["vocab"]
+
+    # confide's own pipeline: greedy only (samples differ by random generator, so sampled
+    # methods are compared on Polygraph's samples below).
+    spec = GenerationSpec(max_new_tokens=args.max_new_tokens, stop=tuple(task.stop),
+                          n_samples=0, top_k_alternatives=200)
+    results = backend.generate(prompts, spec, [item_seed(0, it.id) for it in task.items])
+    records = [Record(item=it, greedy=r.greedy, samples=[]) for it, r in zip(task.items, results)]
+    contexts = [ScoringContext(backend=backend, options={"seed": 0, "prompt": p}) for p in prompts]
+    ours = {name: [run_scorer(SCORERS[name], r, c)[0] for r, c in zip(records, contexts)]
+            for name in E2E_GREEDY}
+
+    tokenizer = backend.tokenizer
+    def stop_or_eos(t: int) -> bool:
+        return t == tokenizer.eos_token_id or any(s in tokenizer.decode([t]) for s in task.stop)
+    match = [_greedy_match(list(r.greedy.token_ids), list(t), stop_or_eos)
+             for r, t in zip(records, stats["greedy_tokens"])]
+    same = [i for i, m in enumerate(match) if m.startswith("identical")]
+    print(f"\nEnd to end: {len(prompts)} TriviaQA items (k-shot text prompt), float32, greedy "
+          f"decoding, <= {args.max_new_tokens} tokens, stop at {task.stop!r}; Polygraph's "
+          f"UEManager at batch 1 ({theirs['pipeline_seconds']:.0f} s pipeline, {seconds:.0f} s "
+          f"wall), confide's HF backend at batch 8.")
+    kinds = {k: match.count(k) for k in dict.fromkeys(match)}
+    print("Greedy token ids, item by item: " + ", ".join(f"{v} {k}" for k, v in kinds.items()))
+    for i, m in enumerate(match):
+        if not m.startswith("identical"):
+            print(f"  item {i}: {m}: confide {records[i].greedy.text!r}, "
+                  f"Polygraph {stats['greedy_texts'][i]!r}")
+    header = f"{'confide':24s} {'Polygraph':40s} {'mapping':12s} {'max |delta|':>11s} " \
+             f"{'without end token':>17s} {'n':>3s}"
+    print("\n" + header + "\n" + "-" * len(header))
+    for name, column in E2E_GREEDY.items():
+        label, mapping = _mapping(name, vocab)
+        delta, n = _max_delta(ours[name], _column(theirs["estimations"], column), mapping, same)
+        trimmed = theirs["without_end_token"].get(column)
+        cut = _max_delta(ours[name], trimmed, mapping, same)[0] if trimmed else math.nan
+        print(f"{name:24s} {column:40s} {label:12s} {delta:11.2e} {cut:17.2e} {n:3d}")
+
+    _check_unconditioned_rule(backend, stats)
+    _check_min_new_tokens(backend, prompts, stats, same)
+
+    # The reverse direction: Polygraph's own samples, scored by confide.
+    log = folder / "polygraph_samples.jsonl"
+    _export_polygraph_run(stats, prompts, tokenizer, log)
+    run_dir = folder / "imported"
+    names = [n for n in E2E_SAMPLED if n != "eigenscore"]
+    subprocess.run([str(Path(sys.executable).with_name("confide")), "score", str(log),
+                    "--format", "jsonl", "--scorers", ",".join(names), "--out", str(run_dir)],
+                   check=True, stdout=subprocess.DEVNULL)
+    imported = {r.item.id: r for r in open_run(run_dir).records}
+    mine = {name: [imported[f"q{n}"].scores.get(name, math.nan) for n in range(len(prompts))]
+            for name in names}
+    # EigenScore reads hidden states, which no log form carries: the same record builder.
+    middle = backend.model.config.num_hidden_layers // 2
+    mine["eigenscore"] = []
+    for n, embeddings in enumerate(stats["sample_embeddings"]):
+        samples = [Generation(text, hidden={f"{middle}:last": np.asarray(e, dtype=np.float64)})
+                   for text, e in zip(stats["sample_texts"][n], embeddings)]
+        record = Record(item=task.items[n], greedy=Generation(stats["greedy_texts"][n]),
+                        samples=samples)
+        mine["eigenscore"].append(run_scorer(SCORERS["eigenscore"], record)[0])
+    everyone = list(range(len(prompts)))
+    density_rows = _density_parity(python, folder, stats["sample_embeddings"])
+    print(f"\nReverse: Polygraph's own {args.samples} samples per item (texts, token ids, token "
+          f"log-probabilities; embeddings for EigenScore) scored by confide "
+          f"(`confide score` on the exported jsonl).")
+    header = f"{'confide':24s} {'Polygraph':40s} {'mapping':12s} {'max |delta|':>11s} {'n':>3s}"
+    print(header + "\n" + "-" * len(header))
+    for name, column in E2E_SAMPLED.items():
+        label, mapping = _mapping(name, vocab)
+        delta, n = _max_delta(mine[name], _column(theirs["estimations"], column), mapping,
+                              everyone)
+        print(f"{name:24s} {column:40s} {label:12s} {delta:11.2e} {n:3d}")
+    for name, (column, delta, n) in density_rows.items():
+        print(f"{name:24s} {column:40s} {'-U':12s} {delta:11.2e} {n:3d}")
+
+
+def _density_parity(python: Path, folder: Path, embeddings: list) -> dict:
+    """confide's Gaussian against Polygraph's Mahalanobis estimators on Polygraph's own
+    sample embeddings: the first half of the items' samples fit, the next quarter is the
+    background (relative Mahalanobis), the last quarter is scored."""
+    from confide.density import _confidence
+
+    per_item = [np.asarray(e, dtype=np.float64) for e in embeddings]
+    n = len(per_item)
+    parts = {"train": per_item[:n // 2], "background": per_item[n // 2:3 * n // 4],
+             "test": per_item[3 * n // 4:]}
+    files = {}
+    for key, rows in parts.items():
+        files[key] = f"{key}.npy"
+        np.save(folder / files[key], np.concatenate(rows))
+    payload = folder / "density_in.json"
+    payload.write_text(json.dumps(files))
+    out = folder / "density_out.json"
+    run_worker(python, "density", payload, out)
+    theirs = json.loads(out.read_text())
+    arrays = {k: np.load(folder / f) for k, f in files.items()}
+    params = {"train": arrays["train"].tolist(), "background": arrays["background"].tolist()}
+    rows = {}
+    for name, column in (("mahalanobis", "MahalanobisDistanceSeq"),
+                         ("relative_mahalanobis", "RelativeMahalanobisDistanceSeq")):
+        ours = _confidence(name, params, arrays["test"], np.zeros(len(arrays["test"])))
+        u = np.asarray(theirs[name], dtype=np.float64)
+        both = np.isfinite(ours) & np.isfinite(u)
+        rows[name] = (column, float(np.max(np.abs(ours[both] + u[both]))), int(both.sum()))
+    return rows
+
+
 # ----------------------------------------------------------------------------- speed
 
+CONFIDE_SIDE = """
+import json, resource, sys, time
+began = time.perf_counter()
+from confide.api import execute
+from confide.backends.hf import HFBackend
+from confide.plan import RunConfig
+cfg = json.load(open(sys.argv[1]))
+imported = time.perf_counter()
+backend = HFBackend(cfg["model"], dtype=cfg["dtype"], batch_size=8)
+loaded = time.perf_counter()
+outcome = execute(RunConfig(**cfg["config"]), cfg["out"], backend=backend)
+done = time.perf_counter()
+json.dump({"import_seconds": imported - began, "load_seconds": loaded - imported,
+           "pipeline_seconds": done - loaded, "generation_seconds": outcome.generation_seconds},
+          open(sys.argv[2], "w"))
+"""
+
+
+def _speed_prompts(task, tokenizer) -> list[str]:
+    """The exact text confide's backend encodes for each item (chat messages through the
+    model's chat template), which Polygraph is given as its input text."""
+    prompts = []
+    for item in task.items:
+        rendered = task.render(item, chat=True)
+        prompts.append(rendered if isinstance(rendered, str) else tokenizer.apply_chat_template(
+            rendered, add_generation_prompt=True, tokenize=False))
+    return prompts
+
+
+def _chat_file(task, folder: Path) -> Path:
+    """The same TriviaQA questions as a user's own QA file, asked with the chat prompt."""
+    path = folder / "triviaqa_questions.jsonl"
+    with path.open("w") as fh:
+        for item in task.items:
+            fh.write(json.dumps({"id": item.id, "question": item.question,
+                                 "references": list(item.references)}) + "\n")
+    return path
+
+
 def speed(args: argparse.Namespace, python: Path, folder: Path) -> None:
+    """Each tool's whole pipeline on identical work, per prompt style and dtype."""
     from transformers import AutoTokenizer
 
     from confide.api import open_run
-    from confide.backends.hf import choose_dtype
     from confide.backends.models import resolve_model
     from confide.tasks import load_task
 
-    dtype = args.dtype or str(choose_dtype("cpu")).removeprefix("torch.")
     model_dir = resolve_model(args.model).path
-    task = load_task("triviaqa", limit=args.items)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    prompts = []
-    for item in task.items:  # the exact text confide's backend encodes
-        rendered = task.render(item, chat=True)  # TriviaQA: a k-shot text for every model
-        prompts.append(rendered if isinstance(rendered, str) else tokenizer.apply_chat_template(
-            rendered, add_generation_prompt=True, tokenize=False))
+    kshot = load_task("triviaqa", limit=args.items)
+    styles = {"k-shot": ("triviaqa", {}, kshot),
+              "chat": (str(_chat_file(kshot, folder)), {"prompt": "chat"}, None)}
     rows = []
+    for style in args.prompts:
+        task_name, options, task = styles[style]
+        task = task or load_task(task_name, limit=args.items, **options)
+        prompts = _speed_prompts(task, tokenizer)
+        for dtype in args.dtypes:
+            run_dir = folder / f"confide-{style}-{dtype}"
+            cfg = folder / f"confide-{style}-{dtype}.json"
+            cfg.write_text(json.dumps({"model": args.model, "dtype": dtype, "out": str(run_dir),
+                                       "config": {
+                "model": args.model, "task": task_name, "limit": args.items,
+                "scorers": list(SPEED_SCORERS), "n_samples": args.samples,
+                "max_new_tokens": args.max_new_tokens, "batch_size": 8,
+                "task_options": options}}))
+            out = folder / f"confide-{style}-{dtype}_out.json"
+            seconds, peak = timed([sys.executable, "-c", CONFIDE_SIDE, str(cfg), str(out)],
+                                  dict(os.environ))
+            got = json.loads(out.read_text())
+            records = open_run(run_dir).records
+            greedy = sum(r.greedy.n_tokens for r in records)
+            sampled = sum(s.n_tokens for r in records for s in r.samples)
+            rows.append((style, dtype, "confide, batch 8", seconds, got["pipeline_seconds"],
+                         greedy, sampled, peak))
+            for batch in args.polygraph_batches:
+                payload = folder / f"speed-{style}-{dtype}-{batch}.json"
+                payload.write_text(json.dumps({
+                    "model_dir": model_dir, "dtype": dtype, "prompts": prompts,
+                    "targets": [it.references[0] for it in task.items], "batch_size": batch,
+                    "max_new_tokens": args.max_new_tokens, "temperature": 1.0, "top_p": 0.9,
+                    "stop": list(task.stop), "seed": 0, "samples": args.samples}))
+                out = folder / f"speed-{style}-{dtype}-{batch}_out.json"
+                seconds, peak = run_worker(python, "speed", payload, out)
+                got = json.loads(out.read_text())
+                rows.append((style, dtype, f"LM-Polygraph UEManager, batch {batch}", seconds,
+                             got["pipeline_seconds"], got["greedy_tokens"],
+                             got["sample_tokens"], peak))
 
-    run_dir = folder / "confide-run"
-    cmd = [str(Path(sys.executable).with_name("confide")), "run", "--model", args.model,
-           "--task", "triviaqa", "--limit", str(args.items), "--samples", str(args.samples),
-           "--max-new-tokens", str(args.max_new_tokens), "--scorers", ",".join(SPEED_SCORERS),
-           "--batch-size", "8", "--no-report", "--out", str(run_dir)]
-    seconds, peak = timed(cmd, {**os.environ, "CONFIDE_DTYPE": dtype})
-    records = open_run(run_dir).records
-    greedy = sum(r.greedy.n_tokens for r in records)
-    sampled = sum(s.n_tokens for r in records for s in r.samples)
-    rows.append(("confide run, batch 8", seconds, greedy, sampled, peak))
-
-    for batch in args.polygraph_batches:
-        payload = folder / f"speed{batch}.json"
-        payload.write_text(json.dumps({
-            "model_dir": model_dir, "dtype": dtype, "prompts": prompts,
-            "targets": [it.references[0] for it in task.items], "batch_size": batch,
-            "max_new_tokens": args.max_new_tokens, "temperature": 1.0, "top_p": 0.9,
-            "stop": list(task.stop), "seed": 0}))
-        out = folder / f"speed{batch}_out.json"
-        seconds, peak = run_worker(python, "speed", payload, out)
-        got = json.loads(out.read_text())
-        rows.append((f"LM-Polygraph UEManager, batch {batch}", seconds, got["greedy_tokens"],
-                     got["sample_tokens"], peak))
-
-    base = rows[0][1]
-    print(f"\nSpeed on identical work: first {args.items} TriviaQA items, greedy + {args.samples}"
-          f" samples of <= {args.max_new_tokens} tokens, {len(SPEED_SCORERS)} estimators, "
-          f"{dtype}, {os.environ.get('OMP_NUM_THREADS', 'default')} CPU thread(s) per process, "
-          f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end")
-    header = f"{'pipeline':34s} {'wall s':>8s} {'greedy tok':>10s} {'sample tok':>10s} " \
-             f"{'tok/s':>7s} {'peak RSS GB':>11s} {'time / confide':>14s}"
-    print(header)
-    print("-" * len(header))
-    for label, seconds, greedy, sampled, peak in rows:
-        print(f"{label:34s} {seconds:8.1f} {greedy:10d} {sampled:10d} "
-              f"{(greedy + sampled) / seconds:7.1f} {peak / 1e9:11.2f} {seconds / base:14.2f}")
-    print("Wall time is the whole process (imports, model load, generation, scoring; confide "
-          "also grades and stores). Tokens are answer tokens as each tool counts them "
-          "(Polygraph's include the end-of-sequence token).")
+    print(f"\nSpeed on identical work: first {args.items} TriviaQA questions, greedy + "
+          f"{args.samples} samples of <= {args.max_new_tokens} tokens, {len(SPEED_SCORERS)} "
+          f"estimators, {os.environ.get('OMP_NUM_THREADS', 'default')} CPU thread(s) per "
+          f"process, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end")
+    header = f"{'prompt':7s} {'dtype':9s} {'pipeline':36s} {'wall s':>7s} {'pipe s':>7s} " \
+             f"{'greedy tok':>10s} {'sample tok':>10s} {'tok/s':>6s} {'RSS GB':>6s} " \
+             f"{'pipe / confide':>14s}"
+    print(header + "\n" + "-" * len(header))
+    fastest: dict[tuple[str, str], float] = {}
+    for style, dtype, label, wall, pipe, greedy, sampled, peak in rows:
+        tool = label.split(",")[0]
+        fastest[style, tool] = min(fastest.get((style, tool), math.inf), pipe)
+        base = next(r[4] for r in rows if r[0] == style and r[1] == dtype
+                    and r[2].startswith("confide"))
+        print(f"{style:7s} {dtype:9s} {label:36s} {wall:7.1f} {pipe:7.1f} {greedy:10d} "
+              f"{sampled:10d} {(greedy + sampled) / pipe:6.1f} {peak / 1e9:6.2f} "
+              f"{pipe / base:14.2f}")
+    for style in args.prompts:
+        ours = fastest[style, "confide"]
+        theirs = fastest[style, "LM-Polygraph UEManager"]
+        print(f"{style}: each at its fastest dtype and batch, Polygraph's pipeline takes "
+              f"{theirs / ours:.2f}x confide's ({theirs:.1f} s against {ours:.1f} s)")
+    print("Wall: the whole process (imports, model load, generation, scoring; confide also "
+          "grades and stores). Pipe: without imports and model load. tok/s: answer tokens per "
+          "pipeline second, as each tool counts them (Polygraph's include the token that ends "
+          "an answer).")
 
 
 def main() -> None:
@@ -385,11 +674,13 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=10)
     parser.add_argument("--max-new-tokens", type=int, default=24)
     parser.add_argument("--model", default="smollm2")
-    parser.add_argument("--dtype", default=None,
-                        help="speed: both tools' dtype (default: confide's choice for the CPU)")
+    parser.add_argument("--dtypes", type=lambda t: t.split(","),
+                        default=["float32", "bfloat16"], help="speed: dtypes, both tools each")
+    parser.add_argument("--prompts", type=lambda t: t.split(","), default=["k-shot", "chat"],
+                        help="speed: prompt styles, k-shot and/or chat")
     parser.add_argument("--parity-dtype", default="float32")
     parser.add_argument("--polygraph-batches", type=lambda t: [int(b) for b in t.split(",")],
-                        default=[1, 8], help="speed: Polygraph's batch sizes, e.g. 1,8")
+                        default=[8], help="speed: Polygraph's batch sizes, e.g. 1,8")
     parser.add_argument("--venv", type=Path, default=None,
                         help="LM-Polygraph's virtualenv (built if missing)")
     parser.add_argument("--threads", type=int, default=None,
@@ -397,12 +688,17 @@ def main() -> None:
                              "choice). On a loaded machine 1 avoids oversubscription")
     parser.add_argument("--skip-parity", action="store_true")
     parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--end-to-end", action="store_true",
+                        help="only the end-to-end parity: each tool's own pipeline")
     args = parser.parse_args()
     if args.threads:  # read by torch in this process and in every child
         os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(args.threads)
 
     python = polygraph_python(args.venv or default_venv())
     with tempfile.TemporaryDirectory(prefix="confide-polygraph-") as tmp:
+        if args.end_to_end:
+            end_to_end(args, python, Path(tmp))
+            return
         if not args.skip_parity:
             parity(args, python, Path(tmp))
         if not args.skip_speed:

@@ -12,6 +12,13 @@ It imports nothing from confide (confide is not installed there). Two modes:
     Runs the whole Polygraph pipeline (``UEManager`` with its default stat
     calculators) on the given prompts and writes the time spent and the
     tokens generated.
+
+``pipeline IN.json OUT.json``
+    End-to-end parity: the whole Polygraph pipeline again (its own generation,
+    stat calculators and estimators; greedy decoding for the answer), with
+    every estimator that needs no model from the hub, and writes each
+    estimator's values with the statistics its calculators produced (greedy
+    and sampled tokens, their log-probabilities, the samples' embeddings).
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ def _estimators() -> dict:
         "lexical_similarity": (E.LexicalSimilarity("rougeL"), "samples"),
         "token_sar": (E.TokenSAR(), "greedy"),
         "sar": (E.SAR(), "samples"),
+        "sentence_sar": (E.SentenceSAR(), "samples"),
         "p_true": (E.PTrue(), "greedy"),
         # judge-dependent: fed the judge's similarity matrix or clusters
         "eigv": (E.EigValLaplacian("NLI_score", "entail"), "affinity"),
@@ -57,6 +65,11 @@ def _estimators() -> dict:
         "semantic_entropy_weighted": (E.SemanticEntropy(), "classes"),
         "num_sets": (E.NumSemSets(), "cluster_matrix"),
         "cocoa": (E.CocoaMSP(), "greedy_affinity"),
+        "cocoa_ppl": (E.CocoaPPL(), "greedy_affinity"),
+        "cocoa_mte": (E.CocoaMTE(), "greedy_affinity"),
+        "label_prob": (E.LabelProb(), "classes"),
+        # its NLI kernel 1 - contra - neutral / 2 set to the judge's affinity (neutral 0)
+        "semantic_density": (E.SemanticDensity(concat_input=False), "density"),
     }
 
 
@@ -134,6 +147,9 @@ def _stats(item: dict, kind: str, judge: dict | None, folder: Path, model=None) 
                 "sample_to_class": [{j: c for j, c in enumerate(labels)}]}
         elif kind == "greedy_affinity":
             s["greedy_sentence_similarity"] = [w[0, 1:]]
+        elif kind == "density":
+            s["greedy_semantic_matrix_contra_forward"] = [1 - w[0, 1:]]
+            s["greedy_semantic_matrix_neutral_forward"] = [np.zeros(len(w) - 1)]
     return s
 
 
@@ -143,7 +159,8 @@ def parity(inp: Path, out: Path) -> None:
     model = _model(data["model"])
     result: dict = {}
     for name, (estimator, kind) in _estimators().items():
-        judged = kind in ("affinity", "kle", "cluster_matrix", "classes", "greedy_affinity")
+        judged = kind in ("affinity", "kle", "cluster_matrix", "classes", "greedy_affinity",
+                          "density")
         for judge in (data["judges"] if judged else [None]):
             key = f"{name}@{judge}" if judge else name
             values, errors = [], []
@@ -161,45 +178,178 @@ def parity(inp: Path, out: Path) -> None:
     out.write_text(json.dumps(result))
 
 
-def speed(inp: Path, out: Path) -> None:
+def load_stat_calculator(cfg, env):
+    """Polygraph's builder hook for its sampler with ``samples_n`` from the config (its
+    default builder ignores the config and always draws 10)."""
+    from lm_polygraph.stat_calculators import SamplingGenerationCalculator
+
+    return SamplingGenerationCalculator(samples_n=int(cfg.samples_n))
+
+
+def _pipeline_parts(cfg: dict, *, attentions: bool, hidden_states: bool):
+    """Polygraph's model wrapper and default stat calculators, its sampler drawing
+    ``cfg["samples"]`` samples."""
     import torch
-    from lm_polygraph import estimators as E
     from lm_polygraph.defaults.register_default_stat_calculators import (
         register_default_stat_calculators,
     )
-    from lm_polygraph.utils.builder_enviroment_stat_calculator import (
-        BuilderEnvironmentStatCalculator,
-    )
-    from lm_polygraph.utils.dataset import Dataset
     from lm_polygraph.utils.generation_parameters import GenerationParameters
-    from lm_polygraph.utils.manager import UEManager
     from lm_polygraph.utils.model import WhiteboxModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    cfg = json.loads(inp.read_text())
     torch.manual_seed(cfg["seed"])
-    started = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(cfg["model_dir"], padding_side="left")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    net = AutoModelForCausalLM.from_pretrained(cfg["model_dir"], dtype=getattr(torch, cfg["dtype"]))
+    kwargs = {"attn_implementation": "eager"} if attentions else {}
+    net = AutoModelForCausalLM.from_pretrained(cfg["model_dir"], dtype=getattr(torch, cfg["dtype"]),
+                                               **kwargs)
     net.eval()
     params = GenerationParameters(temperature=cfg["temperature"], top_p=cfg["top_p"], top_k=0,
                                   stop_strings=cfg["stop"])
     model = WhiteboxModel(net, tokenizer, cfg["model_dir"], "CausalLM", params)
-    # Fastest settings: no attentions or hidden states kept (none of these estimators reads them).
     calculators = register_default_stat_calculators(
-        "Whitebox", output_attentions=False, output_hidden_states=False)
+        "Whitebox", output_attentions=attentions, output_hidden_states=hidden_states)
+    for container in calculators:
+        if container.name == "SamplingGenerationCalculator":
+            container.builder = "polygraph_worker"  # load_stat_calculator above
+            container.cfg.samples_n = cfg["samples"]
+    return model, calculators
+
+
+def _manager(cfg: dict, model, calculators, estimators, save_stats: list[str],
+             processors: list | None = None):
+    from lm_polygraph.utils.builder_enviroment_stat_calculator import (
+        BuilderEnvironmentStatCalculator,
+    )
+    from lm_polygraph.utils.dataset import Dataset
+    from lm_polygraph.utils.manager import UEManager
+
+    data = Dataset(cfg["prompts"], cfg["targets"], batch_size=cfg["batch_size"])
+    return UEManager(data, model, estimators, BuilderEnvironmentStatCalculator(model),
+                     calculators, [], [], processors or [], ignore_exceptions=False,
+                     verbose=False,
+                     max_new_tokens=cfg["max_new_tokens"], save_stats=save_stats)
+
+
+def _plain(value):
+    """Polygraph's saved statistics (arrays, numpy scalars, nested lists) as JSON."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def pipeline(inp: Path, out: Path) -> None:
+    from lm_polygraph import estimators as E
+
+    cfg = json.loads(inp.read_text())
+    started = time.perf_counter()
+    model, calculators = _pipeline_parts(cfg, attentions=True, hidden_states=True)
+    estimators = [
+        E.MaximumSequenceProbability(), E.Perplexity(), E.MeanTokenEntropy(), E.SelfCertainty(),
+        E.RenyiNeg(), E.FisherRao(), E.BoostedProbSequence(),
+        E.MeanPointwiseMutualInformation(), E.MeanConditionalPointwiseMutualInformation(),
+        E.RAUQ(instruct=cfg["instruct"]), E.AttentionScore(), E.PTrue(),
+        E.MonteCarloSequenceEntropy(), E.MonteCarloNormalizedSequenceEntropy(),
+        E.LexicalSimilarity("rougeL"), E.EigenScore()]
+    shown = ["greedy_tokens", "greedy_texts", "greedy_log_likelihoods",
+             "greedy_lm_log_likelihoods", "sample_texts", "sample_tokens",
+             "sample_log_likelihoods", "sample_embeddings"]
+    trimmed = WithoutEndToken(model)
+    manager = _manager(cfg, model, calculators, estimators, shown, [trimmed])
+    loaded = time.perf_counter()
+    manager()
+    done = time.perf_counter()
+    stats = {key: _plain(manager.stats[key]) for key in shown if key in manager.stats}
+    out.write_text(json.dumps({
+        "load_seconds": loaded - started, "pipeline_seconds": done - loaded,
+        "vocab": model.model.config.vocab_size, "stats": stats,
+        "estimations": {name: _plain(v) for (lvl, name), v in manager.estimations.items()},
+        "without_end_token": trimmed.values,
+    }))
+
+
+class WithoutEndToken:
+    """A UEManager processor: the token-level estimators again on each batch's own
+    statistics with the token that ended an answer (the stop string's token or EOS, which
+    Polygraph keeps and confide does not) left out, to tell whether that token alone makes
+    a difference. Works on the batch in memory, so no attention or distribution is saved."""
+
+    def __init__(self, model) -> None:
+        from lm_polygraph import estimators as E
+
+        self.model = model
+        self.estimators = [
+            E.MaximumSequenceProbability(), E.Perplexity(), E.MeanTokenEntropy(),
+            E.SelfCertainty(), E.RenyiNeg(), E.FisherRao(), E.BoostedProbSequence(),
+            E.MeanPointwiseMutualInformation(), E.MeanConditionalPointwiseMutualInformation(),
+            E.RAUQ(instruct=False), E.AttentionScore()]
+        self.values: dict = {type(e).__name__: [] for e in self.estimators}
+
+    def _ends(self, tokens: list[int]) -> bool:
+        tokenizer = self.model.tokenizer
+        return bool(tokens) and (tokens[-1] == tokenizer.eos_token_id
+                                 or "\n" in tokenizer.decode([tokens[-1]]))
+
+    def on_batch(self, stats: dict, gen_metrics=None, estimations=None) -> None:
+        for n, tokens in enumerate(stats["greedy_tokens"]):
+            keep = len(tokens) - 1 if self._ends(tokens) else len(tokens)
+            prompt = stats["forwardpass_attention_weights"][n].shape[-1] - len(tokens)
+            one = {"model": self.model, "greedy_tokens": [tokens[:keep]],
+                   "greedy_log_likelihoods": [
+                       np.asarray(stats["greedy_log_likelihoods"][n])[:keep]],
+                   "greedy_log_probs": [list(stats["greedy_log_probs"][n][:keep])],
+                   "entropy": [np.asarray(stats["entropy"][n])[:keep]],
+                   "greedy_lm_log_likelihoods": [
+                       np.asarray(stats["greedy_lm_log_likelihoods"][n])[:keep]],
+                   "attention_all": [np.asarray(stats["attention_all"][n])[:, :keep, :keep]],
+                   "forwardpass_attention_weights": [np.asarray(
+                       stats["forwardpass_attention_weights"][n])[..., :prompt + keep,
+                                                                  :prompt + keep]]}
+            for e in self.estimators:
+                try:
+                    value = float(np.asarray(e(one), dtype=float).ravel()[0]) if keep else None
+                except Exception:  # noqa: BLE001 - an estimator that cannot take it gives none
+                    value = None
+                self.values[type(e).__name__].append(
+                    value if value is None or math.isfinite(value) else None)
+
+    def on_eval(self, metrics=None, bad_estimators=None) -> None:
+        pass
+
+
+def density(inp: Path, out: Path) -> None:
+    """Polygraph's Mahalanobis and relative Mahalanobis distances of ``test`` states under
+    Gaussians fitted to ``train`` (and ``background``), all given as .npy files."""
+    from lm_polygraph import estimators as E
+
+    cfg = json.loads(inp.read_text())
+    arrays = {k: np.load(inp.parent / cfg[k]).astype(np.float32)
+              for k in ("train", "background", "test")}
+    stats = {"embeddings_decoder": arrays["test"], "train_embeddings_decoder": arrays["train"],
+             "background_train_embeddings_decoder": arrays["background"]}
+    result = {"mahalanobis": E.MahalanobisDistanceSeq()(stats).tolist(),
+              "relative_mahalanobis": E.RelativeMahalanobisDistanceSeq()(stats).tolist()}
+    out.write_text(json.dumps(result))
+
+
+def speed(inp: Path, out: Path) -> None:
+    from lm_polygraph import estimators as E
+
+    cfg = json.loads(inp.read_text())
+    started = time.perf_counter()
+    # Fastest settings: no attentions or hidden states kept (none of these estimators reads them).
+    model, calculators = _pipeline_parts(cfg, attentions=False, hidden_states=False)
     estimators = [E.MaximumSequenceProbability(), E.Perplexity(), E.MeanTokenEntropy(),
                   E.SelfCertainty(), E.MonteCarloSequenceEntropy(),
                   E.MonteCarloNormalizedSequenceEntropy(), E.LexicalSimilarity("rougeL"),
                   E.EigValLaplacian("Jaccard_score"), E.DegMat("Jaccard_score"),
                   E.Eccentricity("Jaccard_score")]
-    data = Dataset(cfg["prompts"], cfg["targets"], batch_size=cfg["batch_size"])
-    manager = UEManager(data, model, estimators, BuilderEnvironmentStatCalculator(model),
-                        calculators, [], [], [], ignore_exceptions=False, verbose=False,
-                        max_new_tokens=cfg["max_new_tokens"],
-                        save_stats=["sample_tokens"])
+    manager = _manager(cfg, model, calculators, estimators, ["sample_tokens"])
     loaded = time.perf_counter()
     manager()
     done = time.perf_counter()
@@ -215,4 +365,4 @@ def speed(inp: Path, out: Path) -> None:
 
 if __name__ == "__main__":
     mode, inp, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
-    {"parity": parity, "speed": speed}[mode](inp, out)
+    {"parity": parity, "speed": speed, "pipeline": pipeline, "density": density}[mode](inp, out)
