@@ -1,15 +1,17 @@
-"""One process against Ray workers on the same run: speed-up, the single writer's cost, memory.
+"""Ray scaling: one worker against several, one thread each, on the same items.
 
-    .venv/bin/python benchmarks/scale.py --items 200 --samples 10 --workers 2
+    .venv/bin/python benchmarks/scale.py --items 96 --samples 10 --workers 2
 
 Runs the bundled model on the first ``--items`` TriviaQA questions (greedy + ``--samples``
-samples) twice into fresh run directories: once in this process (torch's default
-threads), once over ``--workers`` local Ray workers (``--threads-per-worker``, default
-the cores shared out). Prints the wall time of each (model loading included), the
-speed-up, the merge overhead (the time the driver needs to write every record into the
-store, measured by writing them again into a new store, as a share of the Ray run's
-wall time), each worker's peak resident memory (Linux), and whether both runs stored the
-same records (they do only with equal threads per process: see ``confide.distributed``).
+samples) into fresh run directories: in this process (torch's default threads), over one
+local Ray worker with one thread, and over ``--workers`` Ray workers with one thread each.
+Prints the wall time of each (Ray start-up and model loading included), the **scaling
+efficiency** (one worker's time over ``--workers`` workers' time, against the ideal
+``--workers``), the merge overhead (the time the driver needs to write every record
+into the store, measured by writing them again into a new store, as a share of the
+Ray run's wall time), each worker's peak resident memory (Linux), and whether the Ray
+runs stored the records the one-worker run stored (they do: equal threads per process,
+see ``confide.distributed``).
 """
 
 from __future__ import annotations
@@ -57,12 +59,11 @@ def _records(out: Path) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--items", type=int, default=200)
+    parser.add_argument("--items", type=int, default=96)
     parser.add_argument("--samples", type=int, default=10)
     parser.add_argument("--max-new-tokens", type=int, default=24)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--threads-per-worker", type=int, default=None)
     args = parser.parse_args()
     config = RunConfig(task="triviaqa", limit=args.items, n_samples=args.samples,
                        max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
@@ -72,16 +73,20 @@ def main() -> None:
     single = execute(config, scratch / "single")
     single_s = time.perf_counter() - began
 
-    peaks: list[int] = []
+    def on_ray(workers: int, out: Path) -> tuple[float, list[int]]:
+        peaks: list[int] = []
 
-    def at_end(stored: int, total: int) -> None:
-        if stored == total:
-            peaks.extend(_worker_peaks())
+        def at_end(stored: int, total: int) -> None:
+            if stored == total:
+                peaks.extend(_worker_peaks())
 
-    began = time.perf_counter()
-    spread = execute(config, scratch / "ray", progress=at_end, executor=RayExecutor(
-        "local", workers=args.workers, threads_per_worker=args.threads_per_worker))
-    ray_s = time.perf_counter() - began
+        began = time.perf_counter()
+        execute(config, out, progress=at_end, executor=RayExecutor(
+            "local", workers=workers, threads_per_worker=1))
+        return time.perf_counter() - began, peaks
+
+    one_s, one_peaks = on_ray(1, scratch / "ray1")
+    many_s, peaks = on_ray(args.workers, scratch / "ray")
 
     records = open_run(scratch / "ray").records
     began = time.perf_counter()
@@ -90,18 +95,23 @@ def main() -> None:
             store.put(record, position)
     merge_s = time.perf_counter() - began
 
+    speedup = one_s / many_s
     print(f"{args.items} items × (greedy + {args.samples} samples), "
-          f"{args.max_new_tokens} new tokens, blocks of {args.batch_size}")
-    print(f"one process:    {single_s:8.1f} s  ({single.generated} items)")
-    print(f"{args.workers} Ray workers:  {ray_s:8.1f} s  ({spread.generated} items; Ray start-up "
-          "and model loads included)")
-    print(f"speed-up: {single_s / ray_s:.2f}x")
+          f"{args.max_new_tokens} new tokens, blocks of {args.batch_size}, {os.cpu_count()} "
+          f"cores, load average {os.getloadavg()[0]:.1f} at the end")
+    print(f"one process, default threads: {single_s:8.1f} s  ({single.generated} items)")
+    print(f"1 Ray worker x 1 thread:      {one_s:8.1f} s")
+    print(f"{args.workers} Ray workers x 1 thread:     {many_s:8.1f} s  (Ray start-up and model "
+          "loads included)")
+    print(f"scaling: {speedup:.2f}x with {args.workers} workers (efficiency "
+          f"{100 * speedup / args.workers:.0f}%); against one process {single_s / many_s:.2f}x")
     print(f"merge overhead: {merge_s:.2f} s to store {len(records)} records "
-          f"= {100 * merge_s / ray_s:.1f}% of the Ray run")
-    print("peak memory per worker: "
-          + (", ".join(f"{p / 2**20:.0f} MiB" for p in peaks) or "not measured (no /proc)"))
-    same = _records(scratch / "single") == _records(scratch / "ray")
-    print(f"same records as the one-process run: {same}")
+          f"= {100 * merge_s / many_s:.1f}% of the Ray run")
+    for label, found in (("1 worker", one_peaks), (f"{args.workers} workers", peaks)):
+        print(f"peak memory per worker ({label}): "
+              + (", ".join(f"{p / 2**20:.0f} MiB" for p in found) or "not measured (no /proc)"))
+    same = _records(scratch / "ray1") == _records(scratch / "ray")
+    print(f"same records in the 1-worker and {args.workers}-worker runs: {same}")
 
 
 if __name__ == "__main__":

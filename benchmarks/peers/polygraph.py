@@ -688,6 +688,8 @@ def main() -> None:
                              "choice). On a loaded machine 1 avoids oversubscription")
     parser.add_argument("--skip-parity", action="store_true")
     parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="keep the exchanged files (payloads, exports, runs) in this folder")
     parser.add_argument("--end-to-end", action="store_true",
                         help="only the end-to-end parity: each tool's own pipeline")
     args = parser.parse_args()
@@ -695,7 +697,10 @@ def main() -> None:
         os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(args.threads)
 
     python = polygraph_python(args.venv or default_venv())
-    with tempfile.TemporaryDirectory(prefix="confide-polygraph-") as tmp:
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="confide-polygraph-") as scratch:
+        tmp = args.keep or scratch
         if args.end_to_end:
             end_to_end(args, python, Path(tmp))
             return

@@ -270,6 +270,9 @@ def test_hf_rows_per_step_is_measured_once_and_fits_memory(hf_model, tmp_path, m
 
 
 def test_hf_samples_depend_only_on_their_seed(hf_model):
+    if hf_model.dtype != torch.float32:  # the machine's timing may choose bfloat16
+        pytest.skip("a neighbour changes the rows per step; only float32 rounds them alike "
+                    "(in bfloat16 a sampled token can flip)")
     prompt = chat(QUESTIONS[1])
     spec = GenerationSpec(max_new_tokens=8, n_samples=3, greedy=False, temperature=1.0,
                           top_p=0.9)

@@ -402,7 +402,13 @@ def eigenscore(record: Record, ctx: ScoringContext) -> float:
     agree have nearly collinear states and a small differential entropy.
     Empty samples have no hidden state and are left out; at least two samples
     with states are needed. Equals LM-Polygraph's ``EigenScore`` (negated) on
-    the same embeddings (Polygraph reads the middle layer's last token).
+    the same embeddings (Polygraph reads the middle layer's last token): fed
+    the embeddings of LM-Polygraph's own samples, to 1.5e-8
+    (``benchmarks/results/parity.md``). Its embedding is the last state
+    ``generate`` computed, the one of the token before the last; as its
+    samples keep the token that ended them, that is the state of the last
+    answer token, the one confide stores, except for samples cut by the
+    length limit.
 
     References: [1] Chen et al., 2024, "INSIDE: LLMs' Internal States Retain
     the Power of Hallucination Detection", ICLR (EigenScore).

@@ -140,7 +140,10 @@ def pmi(record: Record, ctx: ScoringContext) -> float:
     probability one position late (``logprobs[-T + j, y_j]``, the
     distribution that predicts :math:`y_{j+1}`). Fed the same :math:`u_t`
     with :math:`u_0 = 0`, its value equals ours
-    (``benchmarks/peers/polygraph.py``).
+    (``benchmarks/peers/polygraph.py``). On LM-Polygraph's own pipeline the
+    shifted reading is confirmed (its u equals log p(y_j | y_<=j) of a pass
+    over the answer alone to 2.2e-5) and the two differ by up to 18
+    (``benchmarks/results/parity.md``).
 
     References: [1] Takayama & Arase, 2019, "Relevant and Informative
     Response Generation using Pointwise Mutual Information", NLP4ConvAI
@@ -165,6 +168,8 @@ def cpmi(record: Record, ctx: ScoringContext) -> float:
     ``pmi``. LM-Polygraph's ``MeanConditionalPointwiseMutualInformation``
     returns :math:`-c` without the first token's unconditioned term (see
     ``pmi``); fed the same inputs with :math:`u_0 = 0` the two are equal.
+    On LM-Polygraph's own pipeline, with its shifted u (see ``pmi``), they
+    differ by up to 68 (``benchmarks/results/parity.md``).
 
     References: [1] van der Poel, Cotterell & Meister, 2022, "Mutual
     Information Alleviates Hallucinations in Abstractive Summarization",
@@ -274,6 +279,12 @@ def rauq(record: Record, ctx: ScoringContext) -> float:
     of its ``attention_all``), the very weights of our teacher-forced pass
     up to rounding. Cost: one forward pass with attention weights (eager
     attention) per record.
+    Against LM-Polygraph 0.7's own pipeline on the bundled model (float32,
+    identical greedy tokens; ``benchmarks/results/parity.md``) the values
+    differ by up to 0.66 because Polygraph's answer keeps the token that ended
+    it (the stop string's token or EOS), which confide cuts with the stop
+    string; without that token by at most 6.1e-6, the float32 rounding of two
+    decoding paths.
 
     References: [1] Vazhentsev et al., 2025, "Uncertainty-Aware Attention
     Heads: Efficient Unsupervised Uncertainty Quantification for LLMs",
@@ -326,6 +337,13 @@ def attention_score(record: Record, ctx: ScoringContext) -> float:
     Equals LM-Polygraph's ``AttentionScore`` (default: whole sequence, layer
     :math:`\lfloor L/2 \rfloor`; :math:`c = -U`) on the same attention
     weights.
+    Against LM-Polygraph 0.7's own pipeline on the bundled model (float32,
+    identical greedy tokens; ``benchmarks/results/parity.md``) the values
+    differ by up to 5.0 because Polygraph's answer keeps the token that ended
+    it (the stop string's token or EOS), which confide cuts with the stop
+    string; without that token by at most 8.2e-5, the float32 rounding of two
+    decoding paths of the attention weights, summed over the prompt's and the
+    answer's positions.
 
     References: [1] Sriramanan et al., 2024, "LLM-Check: Investigating
     Detection of Hallucinations in Large Language Models", NeurIPS

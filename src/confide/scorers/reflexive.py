@@ -333,7 +333,9 @@ def p_true(record: Record, ctx: ScoringContext) -> float:
     prompt, its :math:`e^{-U}` differs from :math:`c` by up to 0.17 on the
     bundled model (``benchmarks/peers/polygraph.py``): the renormalisation
     makes :math:`c` the probability of True against False, whatever mass
-    the model puts on other replies.
+    the model puts on other replies. On LM-Polygraph's own pipeline, its
+    prompt and its single spelling, the two differ by up to 0.65
+    (``benchmarks/results/parity.md``).
 
     References: [1] Kadavath et al., 2022, "Language Models (Mostly) Know What
     They Know", arXiv:2207.05221.

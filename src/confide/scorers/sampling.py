@@ -35,7 +35,13 @@ def mc_entropy(record: Record) -> float:
               \qquad \log p(s_i \mid x) = \sum_{t=1}^{T_i} \log p_t(s_{i,t})
 
     Length-biased: longer samples have lower log-likelihood. Equals
-    LM-Polygraph's ``MonteCarloSequenceEntropy``, negated.
+    LM-Polygraph's ``MonteCarloSequenceEntropy``, negated, on the same
+    tokens. Scored on the samples LM-Polygraph's own pipeline drew (its
+    tokens and log-probabilities imported with ``confide score``), the two
+    differ by up to 0.26 (``benchmarks/results/parity.md``): Polygraph's
+    ``sample_log_probs`` add the EOS token's log-probability, which its
+    ``sample_tokens`` and ``sample_log_likelihoods`` (what it exports) leave
+    out, as confide leaves it out of every answer.
 
     References: [1] Kadavath et al., 2022, "Language Models (Mostly) Know What
     They Know" (predictive entropy); [2] Kuhn, Gal & Farquhar, 2023, "Semantic
@@ -63,7 +69,9 @@ def mc_entropy_normalized(record: Record) -> float:
     References: [1] Malinin & Gales, 2021, "Uncertainty Estimation in
     Autoregressive Structured Prediction", ICLR (length-normalised scores);
     [2] Kuhn, Gal & Farquhar, 2023, ICLR ("normalised entropy" baseline).
-    Equals LM-Polygraph's ``MonteCarloNormalizedSequenceEntropy``, negated.
+    Equals LM-Polygraph's ``MonteCarloNormalizedSequenceEntropy``, negated,
+    on the same tokens; on LM-Polygraph's own samples they differ by up to
+    0.037, its EOS term again (see ``mc_entropy``).
     """
     return _mean_loglik(record, normalize=True)
 
@@ -84,8 +92,10 @@ def lexical_similarity(record: Record) -> float:
     rouge-score's ROUGE-L, which Porter-stems words and keeps only ASCII
     letters and digits; we compare unstemmed case-folded words and keep every
     letter (the ``rougeL`` grader's tokenizer), so "Beatles" and "Beatle"
-    differ here. On the bundled model the two differ by up to 4e-3
-    (``benchmarks/peers/polygraph.py``).
+    differ here. On the bundled model the two differ by up to 4e-3 on
+    confide's samples (``benchmarks/peers/polygraph.py``) and by up to 0.015
+    on the samples of LM-Polygraph's own pipeline
+    (``benchmarks/results/parity.md``).
 
     References: [1] Fomicheva et al., 2020, "Unsupervised Quality Estimation
     for Neural Machine Translation", TACL (lexical similarity of samples);
