@@ -226,6 +226,39 @@ def test_token_sar_matches_its_formula():
     assert lp.min() <= value <= lp.max()
 
 
+def test_long_answer_relevance_is_taken_within_its_sentence():
+    # past RELEVANCE_WINDOW tokens a unit's removal is measured against its own sentence:
+    # the hand-computed value embeds only that sentence (with the question)
+    from confide.grading import embed_texts
+
+    q = "What is the capital of France?"
+    first = ["The", " capital", " of", " France", " is", " Paris", "."]
+    filler = [" It", " has", " many", " old", " bridges", "."]
+    tokens = first + filler * ((sem.RELEVANCE_WINDOW // len(filler)) + 1)
+    units = [[i] for i in range(len(tokens))]
+    relevance = sem.removal_relevance(q, tokens, units)
+    e = embed_texts([f"{q} {''.join(first).strip()}"] + [
+        f"{q} {''.join(first[:i] + first[i + 1:]).strip()}" for i in range(len(first))])
+    assert relevance[:len(first)] == pytest.approx(np.clip(1 - e[1:] @ e[0], 0, None),
+                                                   abs=1e-6)
+    spans = sem.relevance_spans(tokens, units, sem.RELEVANCE_WINDOW)
+    assert spans[0] == list(range(len(first))) and all(len(s) <= len(filler) for s in spans[1:])
+    # a short answer is one span: exactly the papers' whole-answer removal
+    short = sem.removal_relevance(q, first, [[i] for i in range(len(first))])
+    assert short == pytest.approx(sem.removal_relevance(q, first, [[i] for i in range(len(first))],
+                                                        window=None), abs=0)
+
+
+def test_relevance_reaches_tokens_past_the_encoders_limit():
+    # the encoder reads 256 word pieces: with the whole answer, a token past them moves
+    # nothing (relevance 0 up to padding noise); within its sentence it counts
+    q = "Name a number."
+    tokens = [" one", " two", " three", "."] * 90 + [" Paris", "."]
+    units = [[i] for i in range(len(tokens))]
+    assert sem.removal_relevance(q, tokens, units, window=None)[-2] < 1e-6
+    assert sem.removal_relevance(q, tokens, units)[-2] > 0.01
+
+
 def test_sar_identical_samples_hand_computed():
     # each sample one token (TokenSAR = -log p), identical texts (R_S = 1):
     # SentSAR = -log(p + p / t), c = log(p (1 + 1/t)) with p = e^-0.5, t = 1e-3

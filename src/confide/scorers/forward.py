@@ -279,12 +279,8 @@ def rauq(record: Record, ctx: ScoringContext) -> float:
     of its ``attention_all``), the very weights of our teacher-forced pass
     up to rounding. Cost: one forward pass with attention weights (eager
     attention) per record.
-    Against LM-Polygraph 0.7's own pipeline on the bundled model (float32,
-    identical greedy tokens; ``benchmarks/results/parity.md``) the values
-    differ by up to 0.66 because Polygraph's answer keeps the token that ended
-    it (the stop string's token or EOS), which confide cuts with the stop
-    string; without that token by at most 6.1e-6, the float32 rounding of two
-    decoding paths.
+    Parity with LM-Polygraph 0.7's own pipeline: |Δ| ≤ 6.1e-6 once its
+    answer's end token is removed, 0.66 with it (``benchmarks/results/parity.md``).
 
     References: [1] Vazhentsev et al., 2025, "Uncertainty-Aware Attention
     Heads: Efficient Unsupervised Uncertainty Quantification for LLMs",
@@ -337,13 +333,8 @@ def attention_score(record: Record, ctx: ScoringContext) -> float:
     Equals LM-Polygraph's ``AttentionScore`` (default: whole sequence, layer
     :math:`\lfloor L/2 \rfloor`; :math:`c = -U`) on the same attention
     weights.
-    Against LM-Polygraph 0.7's own pipeline on the bundled model (float32,
-    identical greedy tokens; ``benchmarks/results/parity.md``) the values
-    differ by up to 5.0 because Polygraph's answer keeps the token that ended
-    it (the stop string's token or EOS), which confide cuts with the stop
-    string; without that token by at most 8.2e-5, the float32 rounding of two
-    decoding paths of the attention weights, summed over the prompt's and the
-    answer's positions.
+    Parity with LM-Polygraph 0.7's own pipeline: |Δ| ≤ 8.2e-5 once its
+    answer's end token is removed, 5.0 with it (``benchmarks/results/parity.md``).
 
     References: [1] Sriramanan et al., 2024, "LLM-Check: Investigating
     Detection of Hallucinations in Large Language Models", NeurIPS

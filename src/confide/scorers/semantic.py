@@ -38,14 +38,15 @@ from confide.scorers.base import Cost, Need, ScoringContext, scorer
 from confide.scorers.spans import meaningful_spans
 
 __all__ = ["ECC_EIGENVALUE_THRESHOLD", "KLE_TIME", "MARS_TEMPERATURE", "SAR_TEMPERATURE",
-           "mars_value", "meaningful_spans", "removal_relevance", "semantic_calibration_error",
-           "word_units"]
+           "RELEVANCE_WINDOW", "mars_value", "meaningful_spans", "relevance_spans",
+           "removal_relevance", "removal_relevances", "semantic_calibration_error", "word_units"]
 
 DEFAULT_SAMPLES = 10
 ECC_EIGENVALUE_THRESHOLD = 0.9  # Lin et al. (2024): eigenvectors with eigenvalue below this
 KLE_TIME = 0.3                  # heat-kernel time t of kernel_language_entropy
 SAR_TEMPERATURE = 1e-3          # Duan et al. (2024): t in SentSAR
 MARS_TEMPERATURE = 0.1          # Bakman et al. (2024): temperature of the importance softmax
+RELEVANCE_WINDOW = 32           # longer answers: relevance within a sentence (removal_relevance)
 
 _SAMPLED = {Need.SAMPLES}
 
@@ -266,31 +267,96 @@ def kernel_language_entropy(record: Record, ctx: ScoringContext) -> float:
 
 def _token_sar(record: Record, ctx: ScoringContext, gen: Generation, name: str) -> float:
     r"""TokenSAR(g) = -sum_i w_i log p(z_i), w from embedding relevance of each token."""
-    value: float = ctx.cached(record, name, lambda: _compute_token_sar(record, gen))
+    value: float = ctx.cached(record, name, lambda: _token_sar_values(record, [gen])[0])
     return value
 
 
-def removal_relevance(question: str, tokens: list[str], units: list[list[int]]) -> np.ndarray:
+def removal_relevance(question: str, tokens: list[str], units: list[list[int]], *,
+                      window: int | None = RELEVANCE_WINDOW) -> np.ndarray:
     r"""How much removing each unit of answer tokens moves the embedding of question + answer.
 
-    .. math:: R(g) = \max\Big(0,\ 1 - \cos\big(e(x \oplus y),\
-              e(x \oplus y_{\setminus g})\big)\Big)
+    .. math:: R(g) = \max\Big(0,\ 1 - \cos\big(e(x \oplus y_S),\
+              e(x \oplus y_{S \setminus g})\big)\Big)
 
     :math:`e` is the all-MiniLM-L6-v2 sentence embedding, :math:`x` the
-    question, :math:`y` the answer's token texts joined and :math:`y_{\setminus
-    g}` the answer without the tokens of unit :math:`g`. One embedding per
-    unit plus one; the texts are not kept. TokenSAR's relevance (units of one
-    token) and MARS's importance (units of one word).
+    question, :math:`y_S` the token texts of the span :math:`S` that holds
+    unit :math:`g`, joined, and :math:`y_{S \setminus g}` the same without
+    the tokens of :math:`g`. TokenSAR's relevance (units of one token) and
+    MARS's importance (units of one word).
+
+    The span is the whole answer when it has at most ``window`` tokens (every
+    short answer: the papers' definition exactly), else the sentence that
+    holds the unit, cut into pieces of at most ``window`` tokens
+    (:func:`relevance_spans`); ``window=None`` always takes the whole
+    answer. Why: with the whole answer each of the :math:`T` units costs an
+    embedding of all :math:`T` tokens, quadratic in the length, and the
+    encoder reads only 256 word pieces, so every token past them gets
+    relevance 0. Within a sentence the cost is linear in the length. Measured
+    on GSM8K, greedy + 10 samples of 165 tokens on average
+    (``benchmarks/scoring_cost.py``, ``--relevance whole`` for the
+    whole-answer form): SAR took 101 s an item with the whole answer and
+    31 s within sentences.
     """
+    return removal_relevances(question, [(tokens, units)], window=window)[0]
+
+
+def removal_relevances(question: str, answers: Sequence[tuple[list[str], list[list[int]]]], *,
+                       window: int | None = RELEVANCE_WINDOW) -> list[np.ndarray]:
+    """:func:`removal_relevance` of several answers to one question, in one embedding call
+    (texts sorted by length together, each unique text embedded once)."""
     from confide.text import embed_texts
 
-    texts = [f"{question} {''.join(tokens).strip()}"]
-    for unit in units:
-        drop = set(unit)
-        kept = "".join(t for i, t in enumerate(tokens) if i not in drop).strip()
-        texts.append(f"{question} {kept}")
-    e = np.asarray(embed_texts(texts), dtype=np.float64)
-    return np.clip(1.0 - e[1:] @ e[0], 0.0, None)
+    texts: list[str] = []
+    plans = []  # per answer: per unit, (index of the span's text, index of the text without it)
+    for tokens, units in answers:
+        plan = []
+        for span in relevance_spans(tokens, units, window):
+            full = len(texts)
+            texts.append(f"{question} {''.join(tokens[i] for u in span for i in units[u]).strip()}")
+            for u in span:
+                plan.append((u, full, len(texts)))
+                kept = "".join(tokens[i] for v in span if v != u for i in units[v]).strip()
+                texts.append(f"{question} {kept}")
+        plans.append(plan)
+    e = np.asarray(embed_texts(texts), dtype=np.float64) if texts else np.zeros((0, 1))
+    out = []
+    for (_, units), plan in zip(answers, plans, strict=True):
+        r = np.zeros(len(units))
+        for u, full, without in plan:
+            r[u] = max(0.0, 1.0 - float(e[without] @ e[full]))
+        out.append(r)
+    return out
+
+
+def relevance_spans(tokens: list[str], units: list[list[int]], window: int | None
+                    ) -> list[list[int]]:
+    """The spans (lists of unit indices) within which :func:`removal_relevance` removes units.
+
+    One span of all units when the answer has at most ``window`` tokens (or
+    ``window`` is None); else sentences (a unit whose text ends with ``.``,
+    ``!``, ``?`` or a line break closes one), each cut after ``window`` tokens.
+
+    >>> relevance_spans(["Paris", ".", " It", " is", "."], [[0], [1], [2], [3], [4]], 3)
+    [[0, 1], [2, 3, 4]]
+    >>> relevance_spans(["Paris", "."], [[0], [1]], 3)
+    [[0, 1]]
+    """
+    if window is None or len(tokens) <= window:
+        return [list(range(len(units)))]
+    spans: list[list[int]] = [[]]
+    size = 0
+    for u, unit in enumerate(units):
+        n = len(unit)
+        if spans[-1] and size + n > window:
+            spans.append([])
+            size = 0
+        spans[-1].append(u)
+        size += n
+        text = "".join(tokens[i] for i in unit)
+        if text.rstrip(" \t").endswith((".", "!", "?", "\n")) or text.endswith("\n"):
+            spans.append([])
+            size = 0
+    return [span for span in spans if span]
 
 
 def _answer_tokens(gen: Generation) -> tuple[np.ndarray, list[str]]:
@@ -305,12 +371,17 @@ def _answer_tokens(gen: Generation) -> tuple[np.ndarray, list[str]]:
     return logp, tokens
 
 
-def _compute_token_sar(record: Record, gen: Generation) -> float:
-    logp, tokens = _answer_tokens(gen)
-    relevance = removal_relevance(record.item.question, tokens, [[i] for i in range(len(tokens))])
-    total = relevance.sum()
-    weights = relevance / total if total > 0 else np.full(logp.size, 1.0 / logp.size)
-    return float(-(weights * logp).sum())
+def _token_sar_values(record: Record, gens: Sequence[Generation]) -> list[float]:
+    """TokenSAR of each of ``gens``, their relevance texts embedded in one call."""
+    read = [_answer_tokens(gen) for gen in gens]
+    relevances = removal_relevances(
+        record.item.question, [(tokens, [[i] for i in range(len(tokens))]) for _, tokens in read])
+    values = []
+    for (logp, _), relevance in zip(read, relevances, strict=True):
+        total = relevance.sum()
+        weights = relevance / total if total > 0 else np.full(logp.size, 1.0 / logp.size)
+        values.append(float(-(weights * logp).sum()))
+    return values
 
 
 @scorer("token_sar", needs={Need.TOKEN_LOGPROBS}, cost=Cost.FEATURES)
@@ -325,7 +396,10 @@ def token_sar(record: Record, ctx: ScoringContext) -> float:
     :math:`e` is the all-MiniLM-L6-v2 sentence embedding, :math:`x` the
     question and :math:`y_{\setminus i}` the answer without token :math:`i`
     (relevance clipped at 0; uniform weights if no token changes the
-    embedding).
+    embedding). An answer longer than :data:`RELEVANCE_WINDOW` tokens has
+    each token removed from its own sentence instead of the whole answer
+    (:func:`removal_relevance`: the whole-answer form is quadratic in the
+    length and blind past the encoder's 256 word pieces).
 
     References: [1] Duan et al., 2024, "Shifting Attention to Relevance:
     Towards the Predictive Uncertainty Quantification of Free-Form Large
@@ -346,13 +420,17 @@ def sar(record: Record, ctx: ScoringContext) -> float:
         c = -\frac{1}{k}\sum_{j=1}^{k} \mathrm{SentSAR}(s_j)
 
     :math:`R_S` is the embedding cosine similarity clipped to [0, 1] and
-    :math:`t = 10^{-3}` (:data:`SAR_TEMPERATURE`, the paper's value).
+    :math:`t = 10^{-3}` (:data:`SAR_TEMPERATURE`, the paper's value). Each
+    sample's TokenSAR is ``token_sar``'s, the removal texts of all samples
+    embedded in one call; past :data:`RELEVANCE_WINDOW` tokens a token is
+    removed from its sentence (:func:`removal_relevance`, which gives the
+    measured cost).
 
     References: [1] Duan et al., 2024, "Shifting Attention to Relevance", ACL (SAR).
     """
     samples = require_samples(record, 2)
-    p = np.exp(-np.array([_token_sar(record, ctx, s, f"token_sar:sample{i}")
-                          for i, s in enumerate(samples)]))
+    p = np.exp(-np.array(ctx.cached(record, "token_sar:samples",
+                                    lambda: _token_sar_values(record, samples))))
     e = embeddings(record, ctx, "answers", answers(record))[1:]
     sim = np.clip(e @ e.T, 0.0, 1.0)
     np.fill_diagonal(sim, 0.0)
@@ -439,8 +517,9 @@ def mars(record: Record, ctx: ScoringContext) -> float:
     filler word costs less than a doubtful key word. Units are words and
     punctuation marks (:func:`word_units`); a word's importance
     :math:`r_g` is how much removing it moves the MiniLM embedding of
-    question + answer (:func:`removal_relevance`), divided by the largest so
-    the most important word has importance 1.
+    question + answer (:func:`removal_relevance`; past
+    :data:`RELEVANCE_WINDOW` tokens, of question + the word's sentence),
+    divided by the largest so the most important word has importance 1.
 
     Differs from the paper and TruthTorchLM's ``MARS`` in the importance
     model: theirs is a BERT token classifier fine-tuned to mark phrases and
