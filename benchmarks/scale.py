@@ -5,9 +5,10 @@
 Runs the bundled model on the first ``--items`` TriviaQA questions (greedy + ``--samples``
 samples) into fresh run directories: in this process (torch's default threads), over one
 local Ray worker with one thread, and over ``--workers`` Ray workers with one thread each.
-Prints the wall time of each (Ray start-up and model loading included), the **scaling
-efficiency** (one worker's time over ``--workers`` workers' time, against the ideal
-``--workers``), the merge overhead (the time the driver needs to write every record
+Prints the wall time of each (Ray start-up and model loading included) and the time from
+the first block handed out to the last one stored, the **scaling efficiency** of both
+(one worker's time over ``--workers`` workers' time, against the ideal ``--workers``),
+the merge overhead (the time the driver needs to write every record
 into the store, measured by writing them again into a new store, as a share of the
 Ray run's wall time), each worker's peak resident memory (Linux), and whether the Ray
 runs stored the records the one-worker run stored (they do: equal threads per process,
@@ -73,7 +74,7 @@ def main() -> None:
     single = execute(config, scratch / "single")
     single_s = time.perf_counter() - began
 
-    def on_ray(workers: int, out: Path) -> tuple[float, list[int]]:
+    def on_ray(workers: int, out: Path) -> tuple[float, float, list[int]]:
         peaks: list[int] = []
 
         def at_end(stored: int, total: int) -> None:
@@ -81,12 +82,12 @@ def main() -> None:
                 peaks.extend(_worker_peaks())
 
         began = time.perf_counter()
-        execute(config, out, progress=at_end, executor=RayExecutor(
+        outcome = execute(config, out, progress=at_end, executor=RayExecutor(
             "local", workers=workers, threads_per_worker=1))
-        return time.perf_counter() - began, peaks
+        return time.perf_counter() - began, outcome.generation_seconds, peaks
 
-    one_s, one_peaks = on_ray(1, scratch / "ray1")
-    many_s, peaks = on_ray(args.workers, scratch / "ray")
+    one_s, one_loop, one_peaks = on_ray(1, scratch / "ray1")
+    many_s, many_loop, peaks = on_ray(args.workers, scratch / "ray")
 
     records = open_run(scratch / "ray").records
     began = time.perf_counter()
@@ -100,11 +101,14 @@ def main() -> None:
           f"{args.max_new_tokens} new tokens, blocks of {args.batch_size}, {os.cpu_count()} "
           f"cores, load average {os.getloadavg()[0]:.1f} at the end")
     print(f"one process, default threads: {single_s:8.1f} s  ({single.generated} items)")
-    print(f"1 Ray worker x 1 thread:      {one_s:8.1f} s")
-    print(f"{args.workers} Ray workers x 1 thread:     {many_s:8.1f} s  (Ray start-up and model "
-          "loads included)")
+    print(f"1 Ray worker x 1 thread:      {one_s:8.1f} s  ({one_loop:.1f} s from the first "
+          "block handed out to the last stored)")
+    print(f"{args.workers} Ray workers x 1 thread:     {many_s:8.1f} s  ({many_loop:.1f} s; "
+          "the rest is Ray start-up and model loads)")
     print(f"scaling: {speedup:.2f}x with {args.workers} workers (efficiency "
           f"{100 * speedup / args.workers:.0f}%); against one process {single_s / many_s:.2f}x")
+    print(f"scaling once started: {one_loop / many_loop:.2f}x (efficiency "
+          f"{100 * one_loop / many_loop / args.workers:.0f}%)")
     print(f"merge overhead: {merge_s:.2f} s to store {len(records)} records "
           f"= {100 * merge_s / many_s:.1f}% of the Ray run")
     for label, found in (("1 worker", one_peaks), (f"{args.workers} workers", peaks)):

@@ -100,7 +100,7 @@ def lexical_similarity(record: Record) -> float:
     Cost: quadratic by definition, :math:`\binom{k}{2}` pairs, each a
     longest common subsequence of :math:`O(n m)` words. Measured on answers of
     165 tokens on average (``benchmarks/results/scoring_cost.md``): 0.05 s an
-    item at k = 5, 0.19 s at k = 10 and 0.77 s at k = 20. That is well under 1 %
+    item at k = 5, 0.19 s at k = 10 and 0.77 s at k = 20. That is under 1 %
     of the generation time, so no cheaper default is offered.
 
     References: [1] Fomicheva et al., 2020, "Unsupervised Quality Estimation
