@@ -19,17 +19,24 @@ Prints wall times, answer tokens, tokens/s, the ratios full / bare (target
 Sampled answers differ between bare and confide (different random streams),
 so the token counts differ: compare tokens/s as well as wall time.
 
+``--prompt chat`` asks the same questions as a user's own QA file asked in a
+chat turn (``prompt="chat"``: system prompt, instruction and question through
+the model's chat template), the path where no k-shot exemplars are shared.
+
     .venv/bin/python benchmarks/overhead.py --items 30 --samples 10 --max-new-tokens 24
+    .venv/bin/python benchmarks/overhead.py --prompt chat --path sampled --dtype bfloat16
 """
 
 from __future__ import annotations
 
 import argparse
 import inspect
+import json
 import math
 import resource
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 from transformers import LlamaModel
@@ -105,7 +112,7 @@ def peak_mb(backend: HFBackend) -> float:
 
 
 def measure(backend: HFBackend, task, prompts: list, args: argparse.Namespace,
-            samples: int) -> None:
+            samples: int, task_name: str, task_options: dict) -> None:
     label = f"greedy + {samples} samples" if samples else "greedy"
     rows = []
     for start in range(0, len(prompts), args.batch_size):  # measured once per machine: untimed
@@ -118,7 +125,8 @@ def measure(backend: HFBackend, task, prompts: list, args: argparse.Namespace,
     bare_1 = time.perf_counter() - t0
 
     scorers = DEFAULT_SCORERS + (SAMPLE_SCORERS if samples else ())
-    config = RunConfig(model=args.model, limit=args.items, max_new_tokens=args.max_new_tokens,
+    config = RunConfig(model=args.model, task=task_name, task_options=task_options,
+                       limit=args.items, max_new_tokens=args.max_new_tokens,
                        batch_size=args.batch_size, n_samples=samples, scorers=scorers)
     with tempfile.TemporaryDirectory() as out:
         t0 = time.perf_counter()
@@ -158,6 +166,16 @@ def measure(backend: HFBackend, task, prompts: list, args: argparse.Namespace,
     print(f"  peak {what} so far: {memory:.0f} MB")
 
 
+def _questions_file(items: int, folder: Path) -> str:
+    """The first ``items`` bundled TriviaQA questions as a user's own QA file."""
+    path = folder / "triviaqa_questions.jsonl"
+    with path.open("w") as fh:
+        for item in load_task("triviaqa", limit=items).items:
+            fh.write(json.dumps({"id": item.id, "question": item.question,
+                                 "references": list(item.references)}) + "\n")
+    return str(path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=30)
@@ -165,6 +183,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=10)
     parser.add_argument("--max-new-tokens", type=int, default=24)
     parser.add_argument("--path", choices=["greedy", "sampled", "both"], default="both")
+    parser.add_argument("--prompt", choices=["kshot", "chat"], default="kshot",
+                        help="TriviaQA's k-shot prompt, or the same questions in a chat turn")
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default=None)
@@ -172,17 +192,23 @@ def main() -> None:
 
     backend = HFBackend(args.model, batch_size=args.batch_size, device=args.device,
                         dtype=args.dtype)
-    task = load_task("triviaqa", limit=args.items)
+    folder = tempfile.TemporaryDirectory()
+    task_name, task_options = "triviaqa", {}
+    if args.prompt == "chat":
+        task_name = _questions_file(args.items, Path(folder.name))
+        task_options = {"prompt": "chat"}
+    task = load_task(task_name, limit=args.items, **task_options)
     prompts = [task.render(it, chat=backend.has_chat_template) for it in task.items]
     warm = argparse.Namespace(**{**vars(args), "max_new_tokens": 4})
     bare_generate(backend, prompts[: args.batch_size], warm, task.stop, 2)
     print(f"model {args.model} ({backend.config()['dtype']}, {backend.device}), "
-          f"{args.items} TriviaQA items, {args.batch_size} questions per block, "
+          f"{args.items} TriviaQA items ({args.prompt} prompt), "
+          f"{args.batch_size} questions per block, "
           f"max_new_tokens {args.max_new_tokens}")
     if args.path in ("greedy", "both"):
-        measure(backend, task, prompts, args, 0)
+        measure(backend, task, prompts, args, 0, task_name, task_options)
     if args.path in ("sampled", "both"):
-        measure(backend, task, prompts, args, args.samples)
+        measure(backend, task, prompts, args, args.samples, task_name, task_options)
 
 
 if __name__ == "__main__":
