@@ -292,9 +292,9 @@ def removal_relevance(question: str, tokens: list[str], units: list[list[int]], 
     embedding of all :math:`T` tokens, quadratic in the length, and the
     encoder reads only 256 word pieces, so every token past them gets
     relevance 0. Within a sentence the cost is linear in the length. Measured
-    on GSM8K, greedy + 10 samples of 165 tokens on average
+    on GSM8K, greedy + 10 samples of 153-165 tokens on average
     (``benchmarks/scoring_cost.py``, ``--relevance whole`` for the
-    whole-answer form): SAR took 101 s an item with the whole answer and
+    whole-answer form): SAR took 61 s an item with the whole answer and
     31 s within sentences.
     """
     return removal_relevances(question, [(tokens, units)], window=window)[0]
