@@ -1,6 +1,6 @@
 """The LM-Polygraph side of ``polygraph.py``; runs inside LM-Polygraph's own virtualenv.
 
-It imports nothing from confide (confide is not installed there). Two modes:
+It imports nothing from confide (confide is not installed there). Four modes:
 
 ``parity IN.json OUT.json``
     Feeds the statistics confide generated (greedy answers, samples, their
@@ -19,6 +19,9 @@ It imports nothing from confide (confide is not installed there). Two modes:
     every estimator that needs no model from the hub, and writes each
     estimator's values with the statistics its calculators produced (greedy
     and sampled tokens, their log-probabilities, the samples' embeddings).
+
+``density IN.json OUT.json``
+    Polygraph's Mahalanobis estimators and HUQ on given hidden states.
 """
 
 from __future__ import annotations
@@ -32,8 +35,9 @@ from pathlib import Path
 import numpy as np
 
 
-def _estimators() -> dict:
-    """confide row name -> (Polygraph estimator, which statistics it is fed)."""
+def _estimators(instruct: bool) -> dict:
+    """confide row name -> (Polygraph estimator, which statistics it is fed); ``instruct``:
+    whether the prompts went through a chat template (RAUQ's alpha follows it)."""
     from lm_polygraph import estimators as E
 
     return {
@@ -45,7 +49,7 @@ def _estimators() -> dict:
         "fisher_rao": (E.FisherRao(), "greedy"),            # temperature 2
         "pmi": (E.MeanPointwiseMutualInformation(), "greedy"),
         "cpmi": (E.MeanConditionalPointwiseMutualInformation(), "greedy"),
-        "rauq": (E.RAUQ(instruct=True), "greedy"),          # alpha 0.5 (a chat model)
+        "rauq": (E.RAUQ(instruct=instruct), "greedy"),      # alpha 0.5 chat, 0.2 completion
         "attention_score": (E.AttentionScore(), "greedy"),  # whole sequence, middle layer
         "mc_entropy": (E.MonteCarloSequenceEntropy(), "samples"),
         "mc_entropy_normalized": (E.MonteCarloNormalizedSequenceEntropy(), "samples"),
@@ -67,7 +71,9 @@ def _estimators() -> dict:
         "cocoa": (E.CocoaMSP(), "greedy_affinity"),
         "cocoa_ppl": (E.CocoaPPL(), "greedy_affinity"),
         "cocoa_mte": (E.CocoaMTE(), "greedy_affinity"),
-        "label_prob": (E.LabelProb(), "classes"),
+        "label_prob": (E.LabelProb(), "class_dict"),
+        # fed the judge's decisions on the same top-10 token alternatives (entail / contra)
+        "ccp": (E.ClaimConditionedProbability(), "alternatives"),
         # its NLI kernel 1 - contra - neutral / 2 set to the judge's affinity (neutral 0)
         "semantic_density": (E.SemanticDensity(concat_input=False), "density"),
     }
@@ -145,6 +151,25 @@ def _stats(item: dict, kind: str, judge: dict | None, folder: Path, model=None) 
                 "class_to_sample": [[[j for j, c in enumerate(labels) if c == k]
                                      for k in range(m)]],
                 "sample_to_class": [{j: c for j, c in enumerate(labels)}]}
+        elif kind == "class_dict":  # LabelProb reads the batch as a dict of items
+            m = max(labels) + 1
+            s["semantic_classes_entail"] = {
+                "class_to_sample": {0: [[j for j, c in enumerate(labels) if c == k]
+                                        for k in range(m)]},
+                "sample_to_class": {0: {j: c for j, c in enumerate(labels)}}}
+        elif kind == "alternatives":
+            # per token: the chosen token first, then its alternatives; NLI only against it
+            steps, matrices = [], []
+            for chosen_lp, alternatives in judge["alternatives"]:
+                steps.append([("", chosen_lp)] + [(t, lp) for t, lp, _ in alternatives])
+                n = len(steps[-1])
+                nli = [["" for _ in range(n)] for _ in range(n)]
+                nli[0][0] = "entail"
+                for i, (_, _, equivalent) in enumerate(alternatives, start=1):
+                    nli[0][i] = nli[i][0] = "entail" if equivalent else "contra"
+                matrices.append(nli)
+            s["greedy_tokens_alternatives"] = [steps]
+            s["greedy_tokens_alternatives_nli"] = [matrices]
         elif kind == "greedy_affinity":
             s["greedy_sentence_similarity"] = [w[0, 1:]]
         elif kind == "density":
@@ -158,9 +183,9 @@ def parity(inp: Path, out: Path) -> None:
     folder = inp.parent
     model = _model(data["model"])
     result: dict = {}
-    for name, (estimator, kind) in _estimators().items():
-        judged = kind in ("affinity", "kle", "cluster_matrix", "classes", "greedy_affinity",
-                          "density")
+    for name, (estimator, kind) in _estimators(data["instruct"]).items():
+        judged = kind in ("affinity", "kle", "cluster_matrix", "classes", "class_dict",
+                          "greedy_affinity", "density", "alternatives")
         for judge in (data["judges"] if judged else [None]):
             key = f"{name}@{judge}" if judge else name
             values, errors = [], []
@@ -323,8 +348,10 @@ class WithoutEndToken:
 
 
 def density(inp: Path, out: Path) -> None:
-    """Polygraph's Mahalanobis and relative Mahalanobis distances of ``test`` states under
-    Gaussians fitted to ``train`` (and ``background``), all given as .npy files."""
+    """Polygraph's Mahalanobis, relative Mahalanobis and (when ``train_ppl`` is given) HUQ
+    (``PPLMDSeq``) of ``test`` states under Gaussians fitted to ``train`` (and
+    ``background``), all given as .npy files; HUQ also reads per-record token
+    log-probabilities (``train_logprobs``, ``test_logprobs``: lists of lists)."""
     from lm_polygraph import estimators as E
 
     cfg = json.loads(inp.read_text())
@@ -334,6 +361,10 @@ def density(inp: Path, out: Path) -> None:
              "background_train_embeddings_decoder": arrays["background"]}
     result = {"mahalanobis": E.MahalanobisDistanceSeq()(stats).tolist(),
               "relative_mahalanobis": E.RelativeMahalanobisDistanceSeq()(stats).tolist()}
+    if "train_logprobs" in cfg:
+        stats["train_greedy_log_likelihoods"] = [np.asarray(x) for x in cfg["train_logprobs"]]
+        stats["greedy_log_likelihoods"] = [np.asarray(x) for x in cfg["test_logprobs"]]
+        result["huq"] = E.PPLMDSeq()(stats).tolist()
     out.write_text(json.dumps(result))
 
 

@@ -11,7 +11,11 @@ from confide.errors import CannotScore
 from confide.judges import ExactJudge
 from confide.records import Generation, Item, Record
 from confide.scorers import SCORERS, ScoringContext, run_scorer
-from confide.scorers.information import boosted_token_probability, dominant_cut
+from confide.scorers.information import (
+    boosted_token_probability,
+    dominant_cut,
+    token_alternatives,
+)
 
 TOPK = ["probability_margin", "mean_topk_negentropy", "min_topk_negentropy", "boostedprob",
         "ccp"]
@@ -92,6 +96,17 @@ def test_ccp_hand_computed_with_exact_judge():
     r = topk_record([[0.6, 0.2, 0.1], [0.5, 0.3, 0.1]], tokens=["Par", "is"],
                     top_tokens=[["Par", " par", "Lon"], ["is", "IS", "."]])
     assert score("ccp", r) == pytest.approx((0.8 / 0.9) ** 2, rel=1e-5)
+
+
+def test_token_alternatives_are_the_decisions_ccp_sums():
+    # the chosen token leaves its own list once; "." and ".\n" both strip to nothing: equivalent
+    r = topk_record([[0.6, 0.2, 0.1], [0.5, 0.4, 0.05]], tokens=["Par", "."],
+                    top_tokens=[["Par", " par", "Lon"], [".", ".\n", "!x"]])
+    steps = token_alternatives(r, ScoringContext(judge=ExactJudge()))
+    assert [lp for lp, _ in steps] == pytest.approx(np.log([0.6, 0.5]), rel=1e-5)
+    assert [[(t, e) for t, _, e in alts] for _, alts in steps] == [
+        [(" par", True), ("Lon", False)], [(".\n", True), ("!x", False)]]
+    assert score("ccp", r) == pytest.approx(0.8 / 0.9 * 0.9 / 0.95, rel=1e-5)
 
 
 def test_ccp_adds_a_chosen_token_missing_from_the_top_k():

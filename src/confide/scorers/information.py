@@ -27,7 +27,7 @@ from confide.records import Generation, Record
 from confide.scorers.base import Cost, Need, ScoringContext, scorer
 
 __all__ = ["BOOSTEDPROB_EPSILON", "BOOSTEDPROB_JUMP", "boosted_token_probability",
-           "dominant_cut"]
+           "dominant_cut", "token_alternatives"]
 
 BOOSTEDPROB_JUMP = 0.3      # p_jump of the "difference_jump" rule (boostedprob default)
 BOOSTEDPROB_EPSILON = 0.005  # smallest absolute drop counted as a jump (boostedprob default)
@@ -237,7 +237,9 @@ def ccp(record: Record, ctx: ScoringContext) -> float:
     NLI model and drops *neutral* alternatives from both sums; a confide judge
     says equivalent or not, so every non-equivalent alternative counts as a
     contradiction. With an ``nli`` judge of the same model the two agree
-    wherever the NLI model never answers neutral.
+    wherever the NLI model never answers neutral. Fed this judge's decisions
+    on the same top-10 alternatives (:func:`token_alternatives`), LM-Polygraph
+    0.7's ``CCP`` agrees to 3.5e-18 (``benchmarks/results/parity.md``).
 
     References: [1] Fadeeva et al., 2024, "Fact-Checking the Output of Large
     Language Models via Token-Level Uncertainty Quantification", Findings of
@@ -255,12 +257,36 @@ def ccp(record: Record, ctx: ScoringContext) -> float:
     if len(gen.tokens) != chosen.size or len(gen.top_tokens) != chosen.size \
             or top.shape[0] != chosen.size:
         raise CannotScore("token texts, logprobs and alternatives differ in length")
-    judge = judge_of(ctx)
     log_ccp = 0.0
-    for token, lp, alt_tokens, alt_lps in zip(gen.tokens, chosen, gen.top_tokens, top):
+    for lp, alternatives in token_alternatives(record, ctx):
+        same = [lp] + [alt_lp for _, alt_lp, equivalent in alternatives if equivalent]
+        other = [alt_lp for _, alt_lp, equivalent in alternatives if not equivalent]
+        entail = float(np.logaddexp.reduce(same))
+        total = float(np.logaddexp.reduce(same + other))
+        if total == -math.inf:
+            return 0.0  # every listed token has probability 0: no support at all
+        log_ccp += entail - total
+    return math.exp(log_ccp)
+
+
+def token_alternatives(record: Record, ctx: ScoringContext
+                       ) -> list[tuple[float, list[tuple[str, float, bool]]]]:
+    """Per greedy token: its log p and each other stored alternative's (text, log p,
+    whether the judge finds it equivalent), the decisions :func:`ccp` sums over.
+
+    The chosen token is dropped once from its own top-k list; tokens are compared as
+    words stripped of spaces and punctuation, and two empty words are equivalent.
+    Lengths are checked by :func:`ccp` before it calls this.
+    """
+    gen = record.greedy
+    if gen.token_logprobs is None or gen.top_tokens is None or gen.top_logprobs is None:
+        raise CannotScore("the backend gave no top-k alternatives or token logprobs")
+    judge = judge_of(ctx)
+    out = []
+    for token, lp, alt_tokens, alt_lps in zip(gen.tokens, gen.token_logprobs, gen.top_tokens,
+                                              gen.top_logprobs, strict=True):
         word = _word(token)
-        same: list[float] = [float(lp)]
-        other: list[float] = []
+        alternatives = []
         skipped_self = False
         for alt, alt_lp in zip(alt_tokens, alt_lps):
             if not skipped_self and alt == token and abs(float(alt_lp) - float(lp)) < 1e-4:
@@ -269,10 +295,6 @@ def ccp(record: Record, ctx: ScoringContext) -> float:
             alt_word = _word(alt)
             equivalent = (not word and not alt_word) or judge.decide(
                 word, alt_word, record.item).equivalent
-            (same if equivalent else other).append(float(alt_lp))
-        entail = float(np.logaddexp.reduce(same))
-        total = float(np.logaddexp.reduce(same + other))
-        if total == -math.inf:
-            return 0.0  # every listed token has probability 0: no support at all
-        log_ccp += entail - total
-    return math.exp(log_ccp)
+            alternatives.append((alt, float(alt_lp), bool(equivalent)))
+        out.append((float(lp), alternatives))
+    return out

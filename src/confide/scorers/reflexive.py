@@ -330,7 +330,7 @@ def p_true(record: Record, ctx: ScoringContext) -> float:
     (``Question: {q}\n Possible answer:{a}\n Is the possible answer:\n (A)
     True\n (B) False\n The possible answer is:``), and returns
     :math:`U = -\log p(\text{True} \mid q, y)`. Fed log p("True") after our
-    prompt, its :math:`e^{-U}` differs from :math:`c` by up to 0.17 on the
+    prompt, its :math:`e^{-U}` differs from :math:`c` by up to 0.18 on the
     bundled model (``benchmarks/peers/polygraph.py``): the renormalisation
     makes :math:`c` the probability of True against False, whatever mass
     the model puts on other replies. On LM-Polygraph's own pipeline, its
