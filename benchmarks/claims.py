@@ -20,8 +20,10 @@ import time
 from pathlib import Path
 
 from confide import api
-from confide.claims import ClaimConfig, add_claims, evaluate_claims, refine_run
-from confide.plan import RunConfig
+from confide.decisions.refining import refine_run
+from confide.evaluation.claims import evaluate_claims
+from confide.pipeline.plan import RunConfig
+from confide.runs.claims import ClaimConfig, add_claims
 
 
 def main() -> None:

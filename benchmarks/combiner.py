@@ -55,11 +55,12 @@ from quality import (  # noqa: E402
     load_pieces,
 )
 
+from confide.core.errors import InvalidInputError  # noqa: E402
+from confide.core.records import Record  # noqa: E402
 from confide.decisions.routing import cascade  # noqa: E402
-from confide.errors import InvalidInputError  # noqa: E402
-from confide.evaluation import MIN_COVERAGE  # noqa: E402
+from confide.equivalence.judges import default_judge, make_judge  # noqa: E402
+from confide.evaluation.table import MIN_COVERAGE  # noqa: E402
 from confide.grading.choice import choice  # noqa: E402
-from confide.judges import default_judge, make_judge  # noqa: E402
 from confide.learned import fit  # noqa: E402
 from confide.metrics import (  # noqa: E402
     UndefinedMetricWarning,
@@ -67,8 +68,7 @@ from confide.metrics import (  # noqa: E402
     paired_bootstrap,
 )
 from confide.metrics.crossfit import crossfit_splits  # noqa: E402
-from confide.records import Record  # noqa: E402
-from confide.runs import open_run  # noqa: E402
+from confide.runs.stored import open_run  # noqa: E402
 
 SECTION = "<!-- combiner.py -->"
 

@@ -3,7 +3,7 @@
 Answers the bundled TriviaQA questions greedily with the bundled model, once in
 full (the "after" policy: abstain when the whole answer's running confidence,
 exp(mean token log-probability), is below the threshold) and once per checked
-threshold with the early-abstention hook (:class:`confide.streaming.EarlyAbstention`:
+threshold with the early-abstention hook (:class:`confide.pipeline.streaming.EarlyAbstention`:
 generation stops as soon as the running confidence falls below the threshold,
 after ``--after`` tokens). For every threshold it prints the tokens each policy
 generated, the tokens saved, the share of items answered and the error rate
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     from confide.backends.base import GenerationSpec
     from confide.backends.hf import HFBackend
     from confide.grading import grade
-    from confide.streaming import AnswerStream, EarlyAbstention
+    from confide.pipeline.streaming import AnswerStream, EarlyAbstention
     from confide.tasks import load_task
 
     model = HFBackend("smollm2", batch_size=8, max_rows=16)  # no row-count tuning run

@@ -25,8 +25,8 @@ import numpy as np
 from confide.api import open_run
 from confide.backends.hf import HFBackend
 from confide.metrics import auroc_score
-from confide.plan import DEFAULT_SCORERS, RunConfig
-from confide.runner import execute
+from confide.pipeline.plan import DEFAULT_SCORERS, RunConfig
+from confide.runs.execution import execute
 
 
 def run(dtype: str, args: argparse.Namespace, out: str) -> tuple[list, float]:

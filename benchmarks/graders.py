@@ -44,8 +44,8 @@ import numpy as np
 from scipy.stats import spearmanr
 from sklearn.metrics import cohen_kappa_score, roc_auc_score
 
+from confide.core.records import Item
 from confide.grading import GRADERS, embed_texts
-from confide.records import Item
 
 SYSTEMS = ("fid", "gpt35", "chatgpt", "gpt4", "newbing")
 DATA_FILE = "labeled_generations/evouna_TQ.json"  # inside $CONFIDE_DATA_DIR

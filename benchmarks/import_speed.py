@@ -5,7 +5,7 @@ answer tokens, each with its log-probability, bytes and ``--top`` alternatives:
 about 10 kB a record at 20 tokens and top-5), then, in one process:
 
 1. read: the reader alone (:func:`confide.ingest.read_generations`), the floor;
-2. import: :func:`confide.importing.import_file` with every free scorer the records
+2. import: :func:`confide.runs.importing.import_file` with every free scorer the records
    can feed (``Cost.FREE``, needs met by token log-probabilities, top-k
    alternatives and the entropy bounds) into a fresh run directory: read, score,
    grade, store in batches of ``--batch-size`` per transaction; once in this process
@@ -34,8 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from confide.importing import import_file
 from confide.ingest import read_generations
+from confide.runs.importing import import_file
 from confide.scorers import Cost, scorers_at
 
 _WORDS = [" the", " a", " Paris", " of", " in", " is", " to", " and", ".", ",", " London",

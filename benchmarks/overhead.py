@@ -42,8 +42,8 @@ import torch
 from transformers import LlamaModel
 
 from confide.backends.hf import HFBackend
-from confide.plan import DEFAULT_SCORERS, RunConfig
-from confide.runner import execute
+from confide.pipeline.plan import DEFAULT_SCORERS, RunConfig
+from confide.runs.execution import execute
 from confide.tasks import load_task
 
 # transformers renamed `past_key_values` to `cache` (argument and output field).

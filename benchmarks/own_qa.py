@@ -23,9 +23,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from confide.evaluation import compare_records
+from confide.evaluation.table import compare_records
 from confide.grading import grade
-from confide.runs import Run
+from confide.runs.stored import Run
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data" / "own_qa.jsonl"

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import confide
-from confide.evaluation import evaluate_records
+from confide.evaluation.table import evaluate_records
 from confide.tasks.prompts import FORMATS
 
 VARIANTS: dict[str, dict[str, Any]] = {

@@ -5,12 +5,12 @@ Gemma-3-270m) this runs greedy + ``--samples`` sampled answers on ``--items``
 items (the full data file under ``$CONFIDE_DATA_DIR`` where set, else the
 bundled sample), with every registered scorer that needs only the generations
 (token statistics and samples: no second prompt, no hidden states, no
-training), through the ordinary run loop (:func:`confide.runner.execute`), so
+training), through the ordinary run loop (:func:`confide.runs.execution.execute`), so
 each piece is stored as it goes and resumes after a kill. Then it writes
 ``benchmarks/results/quality.md`` from whatever is stored:
 
 - per task and model: accuracy, each scorer's AUROC and PRR with 95% bootstrap
-  intervals and the length baseline (:func:`confide.evaluation.evaluate_records`,
+  intervals and the length baseline (:func:`confide.evaluation.table.evaluate_records`,
   the table of ``confide eval``); the best scorer by AUROC is marked only where
   the paired bootstrap puts every other scorer significantly below it;
 - a task where the model is at chance (multiple choice: accuracy interval
@@ -47,11 +47,11 @@ from typing import Any
 
 import numpy as np
 
-from confide.errors import ConfideError
-from confide.evaluation import LENGTH_BASELINE, EvalTable
-from confide.plan import RunConfig
-from confide.runner import execute
-from confide.runs import open_run
+from confide.core.errors import ConfideError
+from confide.evaluation.table import LENGTH_BASELINE, EvalTable
+from confide.pipeline.plan import RunConfig
+from confide.runs.execution import execute
+from confide.runs.stored import open_run
 from confide.scorers import SCORERS, Need
 from confide.tasks import TASKS
 

@@ -20,9 +20,9 @@ import argparse
 
 import numpy as np
 
+from confide.core.errors import InvalidInputError
 from confide.decisions import cascade, route_models
 from confide.decisions._runs import as_run
-from confide.errors import InvalidInputError
 
 
 def main() -> None:

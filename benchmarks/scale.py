@@ -12,7 +12,7 @@ the merge overhead (the time the driver needs to write every record
 into the store, measured by writing them again into a new store, as a share of the
 Ray run's wall time), each worker's peak resident memory (Linux), and whether the Ray
 runs stored the records the one-worker run stored (they do: equal threads per process,
-see ``confide.distributed``).
+see ``confide.runs.ray_executor``).
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from confide.distributed import RayExecutor  # noqa: E402
-from confide.plan import RunConfig  # noqa: E402
-from confide.runner import execute  # noqa: E402
-from confide.runs import open_run  # noqa: E402
-from confide.store import RunStore  # noqa: E402
+from confide.pipeline.plan import RunConfig  # noqa: E402
+from confide.runs.execution import execute  # noqa: E402
+from confide.runs.ray_executor import RayExecutor  # noqa: E402
+from confide.runs.stored import open_run  # noqa: E402
+from confide.store.run_store import RunStore  # noqa: E402
 
 
 def _worker_peaks() -> list[int]:

@@ -45,9 +45,9 @@ from quality import QUALITY_SCORERS  # noqa: E402
 
 from confide.backends import item_seed, load_backend  # noqa: E402
 from confide.backends.base import GenerationSpec  # noqa: E402
-from confide.judges import default_judge, make_judge  # noqa: E402
-from confide.pipeline import Pipeline, score_record  # noqa: E402
-from confide.records import Generation, Record  # noqa: E402
+from confide.core.records import Generation, Record  # noqa: E402
+from confide.equivalence.judges import default_judge, make_judge  # noqa: E402
+from confide.pipeline.answering import Pipeline, score_record  # noqa: E402
 from confide.scorers import SCORERS, ScoringContext, run_scorer  # noqa: E402
 from confide.tasks import load_task  # noqa: E402
 from confide.text import embed_texts  # noqa: E402
@@ -139,9 +139,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.scorers:
         SCORER_NAMES = tuple(args.scorers.split(","))
     if args.relevance == "whole":
-        from confide.scorers import semantic
+        from confide.scorers import relevance
 
-        semantic.removal_relevances.__kwdefaults__["window"] = None
+        relevance.removal_relevances.__kwdefaults__["window"] = None
     lengths = [int(x) for x in args.lengths.split(",")]
     ks = [int(x) for x in args.samples.split(",")]
 

@@ -3,7 +3,7 @@
 LM-Polygraph-style semantic scorers run an NLI model on every ordered pair of
 a record's answers: :math:`n(n-1)` calls for :math:`n` answers (here the
 greedy answer plus :math:`k` samples). confide's judges
-(:mod:`confide.judges`) judge only unique normalised answers, decide key
+(:mod:`confide.equivalence.judges`) judge only unique normalised answers, decide key
 judges (``exact``, ``numeric``, ``ast``) without any pair call, judge each
 unordered pair once (both directions for entailment judges) and cache it.
 
@@ -34,8 +34,8 @@ from pathlib import Path
 
 from confide import api
 from confide.backends.hf import HFBackend
-from confide.features import answers
-from confide.judges import make_judge
+from confide.equivalence.judges import make_judge
+from confide.scorers.features import answers
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """What holding streamed tokens back for the early-abstention check costs, per token.
 
-With an early-abstention policy, :class:`confide.streaming.AnswerStream` hands a
+With an early-abstention policy, :class:`confide.pipeline.streaming.AnswerStream` hands a
 token of the greedy answer on only after the running confidence has been
 checked with it: tokens 1 .. after-1 wait for token ``after``; later tokens
 wait for their own check. This script measures both parts in one process:
@@ -33,7 +33,7 @@ import time
 
 def _synthetic(n: int, after: int) -> tuple[float, float]:
     from confide.backends.base import TokenEvent
-    from confide.streaming import AnswerStream, EarlyAbstention
+    from confide.pipeline.streaming import AnswerStream, EarlyAbstention
 
     timings = []
     for early in (None, EarlyAbstention(1e-9, after=after)):
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from confide.backends.base import GenerationSpec
     from confide.backends.hf import HFBackend
-    from confide.streaming import AnswerStream, EarlyAbstention
+    from confide.pipeline.streaming import AnswerStream, EarlyAbstention
     from confide.tasks import load_task
 
     backend = HFBackend("smollm2", batch_size=1)

@@ -3,11 +3,11 @@
 For bundled TriviaQA questions the bundled model samples ``2k`` answers: the
 first ``k`` stand for the distribution (the summaries may read them), the other
 ``k`` are the test answers whose words the judge fills in
-(:func:`confide.selfreflect.selfreflect_distance`, lower = more faithful).
+(:func:`confide.evaluation.selfreflect.selfreflect_distance`, lower = more faithful).
 Strategies:
 
 * ``greedy``: the greedy answer alone (the paper's baseline);
-* ``clusters``: :func:`confide.summary.summarize` of the ``k`` samples' clusters;
+* ``clusters``: :func:`confide.equivalence.summary.summarize` of the ``k`` samples' clusters;
 * ``model``: the model itself asked to summarise the ``k`` samples in one answer
   (the paper's "sample and summarise", in confide's wording).
 
@@ -37,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from confide.backends.base import GenerationSpec, item_seed
     from confide.backends.hf import HFBackend
-    from confide.selfreflect import selfreflect_distance
-    from confide.summary import summarize
+    from confide.equivalence.summary import summarize
+    from confide.evaluation.selfreflect import selfreflect_distance
     from confide.tasks import load_task
 
     model = HFBackend("smollm2", batch_size=8, max_rows=16)  # no row-count tuning run

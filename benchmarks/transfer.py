@@ -32,12 +32,12 @@ from pathlib import Path
 
 import numpy as np
 
+from confide.core.records import Record
 from confide.learned import fit
 from confide.metrics import UndefinedMetricWarning, auroc_score
-from confide.plan import DEFAULT_SCORERS, RunConfig
-from confide.records import Record
-from confide.runner import execute
-from confide.store import RunStore
+from confide.pipeline.plan import DEFAULT_SCORERS, RunConfig
+from confide.runs.execution import execute
+from confide.store.run_store import RunStore
 
 KINDS = ("probe", "lens", "combiner")
 

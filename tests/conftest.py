@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from confide.records import Generation, Item, Record
+from confide.core.records import Generation, Item, Record
 
 
 @pytest.fixture(scope="session")

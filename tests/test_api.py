@@ -7,8 +7,8 @@ import math
 import pytest
 
 import confide
-from confide.errors import InvalidInputError
-from confide.plan import DEFAULT_SCORERS
+from confide.core.errors import InvalidInputError
+from confide.pipeline.plan import DEFAULT_SCORERS
 
 
 def test_score_answers_with_confidences(hf_model):
@@ -35,9 +35,9 @@ def test_public_names_are_exported_and_sorted():
 
 def test_top_level_agrees_with_the_api_and_lists_it():
     import confide.api
-    import confide.errors
+    import confide.core.errors
 
-    names = set(confide.__all__) - set(confide.errors.__all__) - {"__version__"}
+    names = set(confide.__all__) - set(confide.core.errors.__all__) - {"__version__"}
     assert names == set(confide.api.__all__)
     assert set(confide.__all__) <= set(dir(confide))
 

@@ -1,4 +1,4 @@
-"""Tests for confide.audit: length confounding checks (Santilli et al. 2025)."""
+"""Tests for confide.metrics.length_audit: length confounding checks (Santilli et al. 2025)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from confide.audit import lead_disappears, length_correlations, ranking_agreement, stratified_auroc
-from confide.errors import InvalidInputError
+from confide.core.errors import InvalidInputError
 from confide.metrics import UndefinedMetricWarning, auroc_score
+from confide.metrics.length_audit import (
+    lead_disappears,
+    length_correlations,
+    ranking_agreement,
+    stratified_auroc,
+)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from rich.cells import cell_len
 from typer.testing import CliRunner
 
 from confide.cli import app
-from confide.store import RunStore
+from confide.store.run_store import RunStore
 from tests.conftest import make_record
 
 runner = CliRunner()
@@ -121,7 +121,7 @@ def test_cli_export(tmp_path):
 
 
 def test_cli_run_small_real_model(tmp_path):
-    from confide.plan import DEFAULT_SCORERS
+    from confide.pipeline.plan import DEFAULT_SCORERS
 
     result = runner.invoke(app, ["run", "--limit", "4", "--max-new-tokens", "10",
                                  "--batch-size", "4", "--out", str(tmp_path / "r"),

@@ -39,11 +39,11 @@ import numpy as np
 import pytest
 
 from confide.backends.base import GenerationSpec
-from confide.errors import ConfideError, InvalidInputError
+from confide.core.errors import ConfideError, InvalidInputError
+from confide.core.records import Generation, Item, Record
+from confide.equivalence.judges import ExactJudge
 from confide.grading import GRADERS, grade
-from confide.judges import ExactJudge
 from confide.metrics import METRICS, UndefinedMetricWarning
-from confide.records import Generation, Item, Record
 from confide.scorers import SCORERS, Need, ScoringContext, run_scorer, scorers_at
 
 N_SAMPLES = 4

@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from confide.density import Density, Gaussian, fit, load_fitted
-from confide.errors import ConfigMismatch, InvalidInputError
+from confide.core.errors import ConfigMismatch, InvalidInputError
+from confide.core.records import Generation, Item, Record
 from confide.learned import Learned
-from confide.records import Generation, Item, Record
+from confide.learned.density import Density, Gaussian, fit, load_fitted
 
 MODEL = {"backend": "hf", "model": "smollm2", "kind": "alias", "dtype": "float32"}
 
@@ -174,7 +174,7 @@ def test_density_fit_rejects_bad_input(rng):
 
 
 def _store_run(path, records, *, model=MODEL):
-    from confide.store import RunStore
+    from confide.store.run_store import RunStore
 
     config = {"task": {"name": "synthetic"}, "grader": "contains", "scorers": ["msp"], "seed": 0}
     with RunStore.open(path, config) as store:

@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 
 from confide.api import execute
-from confide.distributed import RayExecutor, shard_blocks
-from confide.errors import InvalidInputError
-from confide.options import check_distribution
-from confide.plan import DEFAULT_SCORERS, RunConfig
-from confide.runner import execute as run_plan
-from confide.runs import open_run
+from confide.core.errors import InvalidInputError
+from confide.core.options import check_distribution
+from confide.pipeline.plan import DEFAULT_SCORERS, RunConfig
+from confide.runs.execution import execute as run_plan
+from confide.runs.ray_executor import RayExecutor, shard_blocks
+from confide.runs.stored import open_run
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (extra `ray`)")
 torch = pytest.importorskip("torch")
@@ -116,7 +116,7 @@ def _busy_worker() -> int | None:
 
 
 def test_default_path_imports_no_ray_nor_vllm():
-    code = ("import sys, confide, confide.cli, confide.runner, confide.distributed, "
+    code = ("import sys, confide, confide.cli, confide.runs.execution, confide.runs.ray_executor, "
             "confide.backends.vllm; print(sorted({'ray', 'vllm'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, check=True)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from confide.evaluation import evaluate_records
+from confide.evaluation.table import evaluate_records
 from tests.conftest import make_record
 
 
@@ -156,7 +156,7 @@ def test_evaluation_records_the_options_it_used():
 
 
 def test_compare_records_pairs_runs_on_shared_items():
-    from confide.evaluation import compare_records
+    from confide.evaluation.table import compare_records
     from confide.metrics import auroc_score
 
     a, b = _records(40, seed=1), _records(30, seed=2)

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from confide.errors import InvalidInputError, UnknownNameError
+from confide.core.errors import InvalidInputError, UnknownNameError
+from confide.core.records import Item
 from confide.grading import GRADERS, contains, exact, grade, normalize_answer
-from confide.records import Item
 
 
 def item(*refs: str, **metadata: object) -> Item:
@@ -336,7 +336,7 @@ def test_judge_grader_hand_computed_with_a_fixed_distribution():
 
 
 def test_judge_grader_without_backend_is_an_error():
-    from confide.errors import ConfideError
+    from confide.core.errors import ConfideError
     from confide.grading import grade
 
     with pytest.raises(ConfideError, match="needs a model"):

@@ -14,14 +14,14 @@ import pytest
 from typer.testing import CliRunner
 
 from confide.cli import app
-from confide.errors import ConfigMismatch, InvalidInputError
-from confide.exports import export_run, openai_response
-from confide.importing import LABEL_GRADE, import_file, import_scorers
+from confide.core.errors import ConfigMismatch, InvalidInputError
+from confide.core.records import Generation, Item, Record
 from confide.ingest import read_generations
-from confide.records import Generation, Item, Record
-from confide.runs import open_run
+from confide.runs.importing import LABEL_GRADE, import_file, import_scorers
+from confide.runs.stored import open_run
 from confide.scorers import SCORERS, Cost, Need, run_scorer
-from confide.store import RunStore
+from confide.store.exports import export_run, openai_response
+from confide.store.run_store import RunStore
 
 DATA = Path(__file__).parent / "ingest" / "data"
 OPENAI_CHAT = DATA / "openai_chat.jsonl"
@@ -357,8 +357,8 @@ BOUNDS = {"mean_entropy", "max_entropy"}  # entropies come back as lower bounds
 
 
 def test_openai_export_round_trip(tmp_path, hf_model):
-    from confide.plan import RunConfig
-    from confide.runner import execute
+    from confide.pipeline.plan import RunConfig
+    from confide.runs.execution import execute
 
     run = tmp_path / "model-run"
     execute(RunConfig(task="triviaqa", limit=4, max_new_tokens=8, n_samples=2,

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from confide.errors import InvalidInputError, ModelLoadError, UnknownNameError
-from confide.judges import (
+from confide.core.errors import InvalidInputError, ModelLoadError, UnknownNameError
+from confide.core.records import Item
+from confide.equivalence.judges import (
     JUDGES,
     AstJudge,
     Decision,
@@ -20,7 +21,6 @@ from confide.judges import (
     default_judge,
     make_judge,
 )
-from confide.records import Item
 from confide.text import canonical_calls
 
 

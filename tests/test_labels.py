@@ -12,12 +12,12 @@ import pytest
 from typer.testing import CliRunner
 
 from confide.cli import app
+from confide.core.errors import InvalidInputError
 from confide.decisions.abstention import abstain_run
 from confide.decisions.calibration import calibrate_run
-from confide.errors import InvalidInputError
-from confide.importing import import_file
-from confide.labels import label_run
-from confide.runs import open_run
+from confide.runs.importing import import_file
+from confide.runs.labels import label_run
+from confide.runs.stored import open_run
 
 N = 60
 

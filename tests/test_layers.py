@@ -21,57 +21,23 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "confide"
 
-# Bottom to top. A module belongs to the layer of its longest matching prefix; the
-# package itself ("confide") only by its exact name, so a module nobody placed is caught.
-# The flow of the README (task → backend → record → scorers → grading → metrics →
-# evaluation → decisions → report/serve/CLI) read as imports: the data types, the metrics
-# (pure functions of arrays) and the answer-reading helpers the stages share sit below
-# them, and grading (answer + references → correct) below the scorers, none of which
-# needs a grade.
-LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("core", ("confide.errors", "confide.registry", "confide.records", "confide.formatting",
-              "confide.options", "confide.outputs")),  # option ranges; output paths
-    # arrays in, numbers out: nothing of confide but errors and the registry
-    ("metrics", ("confide.metrics", "confide.audit")),
-    ("text", ("confide.text",)),            # answer normalisation, similarity, calls, embeddings
-    ("tasks", ("confide.tasks",)),
-    ("backends", ("confide.backends",)),
-    ("store", ("confide.store",)),
-    ("ingest", ("confide.ingest",)),       # other tools' logs → Items and Generations
-    ("grading", ("confide.grading", "confide.claims.grading")),
-    ("scorers", ("confide.scoring_context",  # the context scorers and features share
-                 "confide.clustering", "confide.judges",  # equivalence and its clusters
-                 "confide.features", "confide.scorers",
-                 "confide.claims.split",  # claims' spans, read by the claim-level scorers
-                 "confide.summary")),  # summary: the sampled answers' clusters in words
-    ("pipeline", ("confide.pipeline",       # generate → record → score → grade
-                  "confide.plan",           # the run plan, checked before anything loads
-                  "confide.streaming",      # token by token, early abstention
-                  "confide.selfreflect")),  # how faithful a summary is (a judge model)
-    ("evaluation", ("confide.evaluation", "confide.claims.evaluation")),
-    # the run loop, here or over Ray workers; a stored run and its table; the claim stage
-    ("runs", ("confide.runner", "confide.distributed", "confide.runs", "confide.claims.run",
-             "confide.importing", "confide.import_scoring", "confide.labels",
-             "confide.exports")),
-    ("decisions", ("confide.decisions", "confide.learned", "confide.density",
-                   "confide.claims")),  # refine: acting on claim confidences
-    ("outputs", ("confide.report", "confide.serve")),
-    ("api", ("confide.api",)),
-    ("cli", ("confide.cli", "confide.render")),  # the Rich renderer is the CLI's alone
-    ("package", ("confide",)),
-]
-RANK = {name: i for i, (name, _) in enumerate(LAYERS)}
+# Bottom to top, one package a layer: the flow of docs/architecture.md read as imports
+# (test_architecture_draws_the_layers keeps the two the same). A module belongs to the
+# layer of its package; api.py is a layer of its own, and the package itself ("confide")
+# only by its exact name, so a module nobody placed is caught.
+LAYERS = ["core", "metrics", "text", "tasks", "backends", "ingest", "store", "grading",
+          "equivalence", "scorers", "pipeline", "evaluation", "runs", "learned", "decisions",
+          "report", "serve", "api", "cli"]
+RANK = {name: i for i, name in enumerate([*LAYERS, "package"])}
 
 
 def layer_of(module: str) -> str | None:
-    best, found = -1, None
-    for name, prefixes in LAYERS:
-        for prefix in prefixes:
-            covers = module == prefix or (module.startswith(prefix + ".")
-                                          and prefix != "confide")
-            if covers and len(prefix) > best:
-                best, found = len(prefix), name
-    return found
+    if module == "confide":
+        return "package"
+    parts = module.split(".")
+    if parts[0] != "confide" or len(parts) < 2 or parts[1] not in LAYERS:
+        return None
+    return parts[1]
 
 
 def module_name(path: Path) -> str:
@@ -316,3 +282,17 @@ def test_cycle_check_leaves_a_package_reexporting_its_submodules(tmp_path):
                                             encoding="utf-8")
     assert [c for c in import_cycles({**modules(), **fakes})
             if "confide.fakepkg, confide.fakepkg.two:" in c]
+
+
+def test_architecture_draws_the_layers() -> None:
+    """docs/architecture.md draws the same stages in the same order as LAYERS."""
+    text = (SRC.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = text.split("## The flow", 1)[1].split("```", 2)[1]
+    drawn = [line.split()[0] for line in block.splitlines() if line.strip()]
+    assert drawn == LAYERS
+
+
+def test_the_package_top_holds_only_packages() -> None:
+    """src/confide holds __init__.py, api.py and one package a stage, nothing else."""
+    top = {p.name for p in PACKAGE.iterdir() if p.name != "__pycache__"}
+    assert top == {"__init__.py", "api.py", *(n for n in LAYERS if n != "api")}

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from confide.errors import ConfigMismatch, InvalidInputError
+from confide.core.errors import ConfigMismatch, InvalidInputError
+from confide.core.records import Generation, Item, Record
 from confide.learned import Learned, fit, token_features
 from confide.learned.estimators import fit_boosting, predict_boosting, predict_params
-from confide.records import Generation, Item, Record
 
 MODEL = {"backend": "hf", "model": "smollm2", "kind": "alias", "dtype": "float32"}
 
@@ -184,7 +184,7 @@ def test_an_empty_answer_gets_nan_with_the_reason_from_a_fitted_model(kind, rng)
 
 
 def test_fitted_kinds_are_registered_scorers_applied_from_the_context(rng):
-    from confide.pipeline import plan_scorers
+    from confide.pipeline.answering import plan_scorers
     from confide.scorers import SCORERS, Need, run_scorer
     from confide.scorers.fitted import fitted_context
 
@@ -413,7 +413,7 @@ def test_fit_rejects_bad_options(rng):
 
 
 def _store_run(path, records, *, model=MODEL):
-    from confide.store import RunStore
+    from confide.store.run_store import RunStore
 
     config = {"task": {"name": "synthetic"}, "grader": "contains", "scorers": ["msp"], "seed": 0}
     with RunStore.open(path, config) as store:

@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 from sklearn.metrics import average_precision_score, log_loss, roc_auc_score
 
-from confide.errors import InvalidInputError, UnknownNameError
+from confide.core.errors import InvalidInputError, UnknownNameError
 from confide.metrics import (
     METRICS,
     UndefinedMetricWarning,

@@ -8,11 +8,11 @@ import pytest
 
 import confide
 from confide.backends import GenerationResult
-from confide.pipeline import DEFAULT_SCORERS, GenerationFailed, Pipeline
-from confide.plan import RunConfig
-from confide.records import Generation, Item
-from confide.runner import execute
-from confide.store import RunStore
+from confide.core.records import Generation, Item
+from confide.pipeline.answering import DEFAULT_SCORERS, GenerationFailed, Pipeline
+from confide.pipeline.plan import RunConfig
+from confide.runs.execution import execute
+from confide.store.run_store import RunStore
 
 
 class TextOnlyBackend:

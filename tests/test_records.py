@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from confide.errors import InvalidInputError
+from confide.core.errors import InvalidInputError
+from confide.core.records import Generation, Item, Record
 from confide.grading import judge_prompt
-from confide.pipeline import check_question
-from confide.records import Generation, Item, Record
+from confide.pipeline.answering import check_question
 from confide.scorers.reflexive import question_text
-from confide.store import record_row
+from confide.store.run_store import record_row
 
 CHAT = Item("c1", [{"role": "system", "content": "Answer briefly."},
                    {"role": "user", "content": "Capital of France?"},

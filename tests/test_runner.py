@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from confide import api
-from confide.errors import ConfigMismatch, InvalidInputError, UnknownNameError
-from confide.plan import DEFAULT_SCORERS, RunConfig
-from confide.runner import execute
+from confide.core.errors import ConfigMismatch, InvalidInputError, UnknownNameError
+from confide.pipeline.plan import DEFAULT_SCORERS, RunConfig
+from confide.runs.execution import execute
 
 SMALL = dict(limit=6, max_new_tokens=12, batch_size=3)
 
@@ -139,7 +139,7 @@ def test_run_ctrl_c_keeps_stored_items_and_says_how_to_resume(tmp_path):
 def test_runs_made_before_the_hidden_state_fix_are_recognised(hf_model, tmp_path):
     """A run stores its format version; one made before version 2 with hidden states says
     so in eval and fit, and is not resumed (its states would mix with fixed ones)."""
-    from confide.store import FORMAT_VERSION, RunStore
+    from confide.store.run_store import FORMAT_VERSION, RunStore
 
     settings = dict(limit=2, max_new_tokens=3, batch_size=2, hidden_layers=(-1,))
     api.evaluate(hf_model, out=tmp_path, **settings)

@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from confide.errors import InvalidInputError
-from confide.selfreflect import masked_tasks, selfreflect_distance, total_variation
-from confide.summary import summarize
+from confide.core.errors import InvalidInputError
+from confide.equivalence.summary import summarize
+from confide.evaluation.selfreflect import masked_tasks, selfreflect_distance, total_variation
 
 
 def test_total_variation_by_hand():

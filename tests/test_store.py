@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from confide.errors import ConfigMismatch, StoreError
-from confide.store import RunStore
+from confide.core.errors import ConfigMismatch, StoreError
+from confide.store.run_store import RunStore
 from tests.conftest import make_record
 
 
@@ -126,8 +126,8 @@ def test_store_no_records_says_what_the_run_holds(tmp_path):
 # to it and never ended. Run in a subprocess, so a regression fails instead of hanging.
 _COUNT = """
 import sys
-from confide.errors import StoreDamaged
-from confide.store import RunStore
+from confide.core.errors import StoreDamaged
+from confide.store.run_store import RunStore
 with RunStore.open(sys.argv[1]) as store:
     try:
         store.records()

@@ -8,8 +8,14 @@ import numpy as np
 import pytest
 
 from confide.backends.base import GenerationSpec, TokenEvent
-from confide.errors import InvalidInputError
-from confide.streaming import AnswerStream, EarlyAbstention, StreamEnd, TokenUpdate, safe_text
+from confide.core.errors import InvalidInputError
+from confide.pipeline.streaming import (
+    AnswerStream,
+    EarlyAbstention,
+    StreamEnd,
+    TokenUpdate,
+    safe_text,
+)
 
 
 def _event(text, token, logprob, sample=None):

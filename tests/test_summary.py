@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from confide.judges import NumericJudge
-from confide.summary import summarize
+from confide.equivalence.judges import NumericJudge
+from confide.equivalence.summary import summarize
 
 
 def test_summary_names_the_clusters_by_share():

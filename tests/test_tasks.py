@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from confide.errors import InvalidInputError, UnknownNameError
+from confide.core.errors import InvalidInputError, UnknownNameError
+from confide.core.records import Item
 from confide.grading import GRADERS
-from confide.records import Item
 from confide.tasks import TASKS, Task, load_task
 
 

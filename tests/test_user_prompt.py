@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from confide.errors import InvalidInputError
+from confide.core.errors import InvalidInputError
 from confide.tasks import load_task
 from confide.tasks.builtin import triviaqa_exemplars
 

@@ -109,8 +109,8 @@ def main() -> None:
 
     from confide.backends.base import GenerationSpec, item_seed
     from confide.backends.vllm import STATS_LOGPROBS, VLLMBackend, request_plan
-    from confide.plan import RunConfig
-    from confide.runner import execute
+    from confide.pipeline.plan import RunConfig
+    from confide.runs.execution import execute
     from confide.tasks import load_task
 
     scratch = Path(args.out or tempfile.mkdtemp(prefix="confide-vllm-"))

@@ -166,11 +166,11 @@ def parity(args: argparse.Namespace, python: Path, folder: Path) -> None:
 
     from confide.backends.base import GenerationSpec, item_seed
     from confide.backends.hf import HFBackend, _divergences_from_uniform
-    from confide.features import affinity, clusters
+    from confide.core.records import Record
+    from confide.equivalence.judges import make_judge
     from confide.grading import embed_texts
-    from confide.judges import make_judge
-    from confide.records import Record
     from confide.scorers import SCORERS, ScoringContext, run_scorer  # first: registers scorers
+    from confide.scorers.features import affinity, clusters
     from confide.scorers.information import token_alternatives
     from confide.scorers.reflexive import p_true_prompt, question_text
     from confide.tasks import load_task
@@ -340,7 +340,7 @@ def fitted_parity(args: argparse.Namespace, python: Path, folder: Path) -> None:
     """
     from confide.backends.base import GenerationSpec, item_seed
     from confide.backends.hf import HFBackend
-    from confide.density import _confidence
+    from confide.learned.density import _confidence
     from confide.tasks import load_task
 
     backend = HFBackend(args.model, dtype=args.parity_dtype, batch_size=8)
@@ -506,7 +506,7 @@ def end_to_end(args: argparse.Namespace, python: Path, folder: Path) -> None:
     from confide.api import open_run
     from confide.backends.base import GenerationSpec, item_seed
     from confide.backends.hf import HFBackend
-    from confide.records import Generation, Record
+    from confide.core.records import Generation, Record
     from confide.scorers import SCORERS, ScoringContext, run_scorer
     from confide.tasks import load_task
 
@@ -607,7 +607,7 @@ import json, resource, sys, time
 began = time.perf_counter()
 from confide.api import execute
 from confide.backends.hf import HFBackend
-from confide.plan import RunConfig
+from confide.pipeline.plan import RunConfig
 cfg = json.load(open(sys.argv[1]))
 imported = time.perf_counter()
 backend = HFBackend(cfg["model"], dtype=cfg["dtype"], batch_size=8)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from confide.errors import (
+from confide.core.errors import (
     BackendError,
     CannotScore,
     ConfideError,

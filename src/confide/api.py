@@ -16,18 +16,19 @@ from typing import Any, cast
 
 from confide.backends import Backend, item_seed, load_backend
 from confide.backends.models import DEFAULT_MODEL
-from confide.claims import ClaimConfig, claim_record, refine
-from confide.errors import InvalidInputError
-from confide.options import check_distribution
-from confide.pipeline import DEFAULT_SCORERS, Pipeline
-from confide.plan import RunConfig, RunPlan, prepare, question_plan
-from confide.records import Item, Record
-from confide.runner import Progress, RunOutcome
-from confide.runner import execute as execute_plan
-from confide.runs import Run, default_run_dir, evaluate, open_run
-from confide.selfreflect import SelfReflectResult, selfreflect_distance
-from confide.streaming import EarlyAbstention, StreamEnd, TokenUpdate, stream_answer
-from confide.summary import UncertaintySummary, summarize
+from confide.core.errors import InvalidInputError
+from confide.core.options import check_distribution
+from confide.core.records import Item, Record
+from confide.decisions.refining import refine
+from confide.equivalence.summary import UncertaintySummary, summarize
+from confide.evaluation.selfreflect import SelfReflectResult, selfreflect_distance
+from confide.pipeline.answering import DEFAULT_SCORERS, Pipeline
+from confide.pipeline.plan import RunConfig, RunPlan, prepare, question_plan
+from confide.pipeline.streaming import EarlyAbstention, StreamEnd, TokenUpdate, stream_answer
+from confide.runs.claims import ClaimConfig, claim_record
+from confide.runs.execution import Progress, RunOutcome
+from confide.runs.execution import execute as execute_plan
+from confide.runs.stored import Run, default_run_dir, evaluate, open_run
 
 __all__ = ["EarlyAbstention", "Run", "RunConfig", "RunPlan", "ScoredAnswer", "SelfReflectResult",
            "StreamEnd", "TokenUpdate", "UncertaintySummary", "apply_learned", "default_run_dir",
@@ -50,7 +51,7 @@ def load_model(model: str = DEFAULT_MODEL, *, backend: str = "hf", **options: An
 class ScoredAnswer:
     """An answer with its confidences (higher = more likely correct) and NaN reasons.
 
-    ``summary`` describes the sampled answers (:func:`confide.summary.summarize`)
+    ``summary`` describes the sampled answers (:func:`confide.equivalence.summary.summarize`)
     when at least two were drawn (``n_samples``, or a sampling scorer)."""
 
     question: str
@@ -65,7 +66,7 @@ def execute(config: RunConfig | RunPlan, out: str | Path, *, backend: Backend | 
             progress: Progress | None = None, ray: str | None = None,
             workers: int | None = None, threads_per_worker: int | None = None) -> RunOutcome:
     """Generate, score, grade and store every item of the run not stored yet
-    (:func:`confide.runner.execute`), here or, with ``ray`` (``"local"`` or a
+    (:func:`confide.runs.execution.execute`), here or, with ``ray`` (``"local"`` or a
     cluster address), on ``workers`` Ray actors; the stored records are the same."""
     check_distribution(ray, workers, threads_per_worker)
     if ray is None:
@@ -73,7 +74,7 @@ def execute(config: RunConfig | RunPlan, out: str | Path, *, backend: Backend | 
     if backend is not None:
         raise InvalidInputError("Ray workers load their own model by name (hf, vllm); "
                                 "a loaded backend stays in this process", field="ray")
-    from confide.distributed import RayExecutor
+    from confide.runs.ray_executor import RayExecutor
 
     executor = RayExecutor(ray, workers=workers, threads_per_worker=threads_per_worker)
     return execute_plan(config, out, executor=executor, progress=progress)
@@ -86,14 +87,14 @@ def score(model: Backend, questions: list[str] | list[Item], *,
     """Answer each question greedily and return the answers with their confidences.
 
     ``n_samples`` draws at least that many samples (for :attr:`ScoredAnswer.summary`);
-    ``judge`` clusters them (:mod:`confide.judges`).
+    ``judge`` clusters them (:mod:`confide.equivalence.judges`).
 
-    ``claims`` (True or a :class:`~confide.claims.ClaimConfig`): also split each
+    ``claims`` (True or a :class:`~confide.runs.claims.ClaimConfig`): also split each
     answer into claims and score them (``answer.record.claims``; ungraded), for
     long answers: give a larger ``max_new_tokens`` and ``stop=()``; then
     :func:`confide.refine` drops or marks the doubtful claims.
     """
-    from confide.judges import make_judge
+    from confide.equivalence.judges import make_judge
 
     claim_config = (ClaimConfig(grader=None) if claims is True
                     else claims if isinstance(claims, ClaimConfig) else None)
@@ -126,9 +127,9 @@ def stream(model: Backend, question: str | Item, *,
            ) -> Iterator[TokenUpdate | StreamEnd]:
     """Answer one question token by token, with confidence while the answer streams.
 
-    Yields a :class:`~confide.streaming.TokenUpdate` per token (text to show,
+    Yields a :class:`~confide.pipeline.streaming.TokenUpdate` per token (text to show,
     log-probability, entropy, running confidence), then one
-    :class:`~confide.streaming.StreamEnd` whose ``record`` is scored like
+    :class:`~confide.pipeline.streaming.StreamEnd` whose ``record`` is scored like
     :func:`score`'s. With ``early_abstain_below`` the answer stops once its
     running confidence falls below it (after ``early_abstain_after`` tokens) and
     ``StreamEnd.abstained`` says why. Leaving the loop early stops generation.
@@ -149,11 +150,10 @@ def stream(model: Backend, question: str | Item, *,
 def fit_learned(run: str | Path, *, kind: str = "probe", out: str | Path | None = None,
                 **options: Any) -> Any:
     """Fit a probe, lens probe or combiner (:func:`confide.learned.fit`) or a density model
-    (``mahalanobis``, ``relative_mahalanobis``, ``huq``: :func:`confide.density.fit`) on a
+    (``mahalanobis``, ``relative_mahalanobis``, ``huq``: :func:`confide.learned.density.fit`) on a
     stored run; save it to ``out`` (JSON) when given. Returns the
     :class:`~confide.learned.Learned`."""
-    from confide import density
-    from confide.learned import Kind, Learned, fit_run
+    from confide.learned import Kind, Learned, density, fit_run
 
     folds = options.get("n_folds", 2)
     if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
@@ -178,8 +178,8 @@ def apply_learned(run: Run, files: Sequence[str | Path]) -> Run:
     On the run a model was fitted on, its training items get their cross-fitted
     scores; on another run, items it was trained on get NaN with the reason.
     """
-    from confide.density import load_fitted
     from confide.learned import apply_to_run
+    from confide.learned.density import load_fitted
 
     run.records = apply_to_run(run.path, [load_fitted(f) for f in files])
     return run

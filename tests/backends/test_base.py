@@ -17,7 +17,7 @@ from confide.backends import (
     Streams,
     Tokenizes,
 )
-from confide.registry import load_object
+from confide.core.registry import load_object
 
 OPTIONAL = (Streams, GeneratesAsync, Tokenizes, HasLayers, HasContextWindow, NextTokenScorer,
             ScoresUnconditioned, HasAttentions)

@@ -16,10 +16,10 @@ from confide.backends.binary import (
     two_way_probabilities,
     two_way_probability,
 )
-from confide.errors import CannotScore, ConfideError
+from confide.core.errors import CannotScore, ConfideError
+from confide.core.records import Generation, Item
+from confide.equivalence.judges import make_judge
 from confide.grading import grade
-from confide.judges import make_judge
-from confide.records import Generation, Item
 
 
 def test_two_way_from_logprobs_hand_computed():

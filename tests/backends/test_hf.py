@@ -8,7 +8,7 @@ import torch
 
 from confide.backends.base import GenerationSpec
 from confide.backends.models import resolve_model
-from confide.errors import ModelLoadError
+from confide.core.errors import ModelLoadError
 
 QUESTIONS = ["What is the capital of France?", "Who wrote the play Hamlet?",
              "What is the largest planet of the solar system?"]

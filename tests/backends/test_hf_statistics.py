@@ -11,7 +11,7 @@ import torch
 
 from confide.backends.base import GenerationSpec
 from confide.backends.hf import _divergences_from_uniform
-from confide.records import DIVERGENCE_TEMPERATURE, RENYI_ALPHA
+from confide.core.records import DIVERGENCE_TEMPERATURE, RENYI_ALPHA
 
 QUESTION = [{"role": "user", "content": "Answer with a few words only.\nWhat is the capital "
              "of France?"}]
@@ -112,7 +112,7 @@ def test_hf_attention_diagonals_are_the_decoding_steps_attention(hf_model):
 def test_neutral_prompt_and_rauq_alpha_follow_the_rendered_prompt(hf_model):
     """A chat model answering TriviaQA's k-shot *text* is compared with a neutral text
     prompt (its start token), not with an empty chat turn; RAUQ's alpha follows too."""
-    from confide.records import Generation, Item, Record
+    from confide.core.records import Generation, Item, Record
     from confide.scorers import SCORERS, ScoringContext, run_scorer
     from confide.scorers.forward import RAUQ_ALPHA_BASE, RAUQ_ALPHA_CHAT, _chat_prompt
 

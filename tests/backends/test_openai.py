@@ -20,10 +20,10 @@ from faultserver import FaultServer, running  # noqa: E402
 
 from confide.backends.base import BACKENDS, GenerationSpec  # noqa: E402
 from confide.backends.openai import OpenAIBackend, _public_url  # noqa: E402
-from confide.errors import InvalidInputError  # noqa: E402
-from confide.plan import RunConfig  # noqa: E402
-from confide.runner import execute  # noqa: E402
-from confide.store import RunStore  # noqa: E402
+from confide.core.errors import InvalidInputError  # noqa: E402
+from confide.pipeline.plan import RunConfig  # noqa: E402
+from confide.runs.execution import execute  # noqa: E402
+from confide.store.run_store import RunStore  # noqa: E402
 from confide.tasks import load_task  # noqa: E402
 
 SECRET = "sk-confide-test-5b1e7c0d9a"
@@ -346,7 +346,7 @@ def test_serve_in_front_of_llama_cpp_with_the_openai_client(llama_server):
 
 def test_api_score_with_openai_backend(monkeypatch):
     from confide.api import score
-    from confide.errors import BackendError
+    from confide.core.errors import BackendError
 
     monkeypatch.setenv(KEY_ENV, SECRET)
     with FaultServer(lambda q, attempt: "401echo" if q.endswith("bad?") else "ok") as server:

@@ -24,10 +24,10 @@ import numpy as np
 import pytest
 
 from confide.backends.base import GenerationSpec
-from confide.claims import split_claims
-from confide.judges import ExactJudge
-from confide.records import Generation, Record
+from confide.core.records import Generation, Record
+from confide.equivalence.judges import ExactJudge
 from confide.scorers import SCORERS, Need, ScoringContext, run_scorer, scorers_at
+from confide.scorers.claim_split import split_claims
 
 NAMES = [spec.name for spec in scorers_at("claim")]
 CASES = ["real", "identical", "all_empty", "no_tokens", "non_finite"]
@@ -35,7 +35,7 @@ CASES = ["real", "identical", "all_empty", "no_tokens", "non_finite"]
 
 @pytest.fixture(scope="module")
 def long_answer(hf_model):
-    from confide.records import Item
+    from confide.core.records import Item
 
     item = Item("paris", "Describe Paris in two short sentences.")
     spec = GenerationSpec(max_new_tokens=40, stop=("\n\n",), n_samples=3,

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from confide.claims import ANSWER_GRADE, evaluate_claims
-from confide.errors import InvalidInputError
+from confide.core.errors import InvalidInputError
+from confide.core.records import Claim, Generation, Item, Record
+from confide.evaluation.claims import evaluate_claims
+from confide.grading.claims import ANSWER_GRADE
 from confide.metrics import auroc_score, bootstrap_interval, prr_score
-from confide.records import Claim, Generation, Item, Record
 
 
 def test_grouped_bootstrap_with_one_row_per_group_is_the_plain_bootstrap(rng):

@@ -7,10 +7,11 @@ import math
 
 import pytest
 
-from confide.claims import ANSWER_GRADE, answer_grade, grade_claims, split_claims
-from confide.errors import InvalidInputError
-from confide.judges import ExactJudge
-from confide.records import Generation, Item, Record
+from confide.core.errors import InvalidInputError
+from confide.core.records import Generation, Item, Record
+from confide.equivalence.judges import ExactJudge
+from confide.grading.claims import ANSWER_GRADE, answer_grade, grade_claims
+from confide.scorers.claim_split import split_claims
 from confide.tasks import load_task
 
 

@@ -8,11 +8,12 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from confide.claims import ANSWER_GRADE, ClaimConfig, add_claims
 from confide.cli import app
-from confide.errors import ConfigMismatch
+from confide.core.errors import ConfigMismatch
+from confide.grading.claims import ANSWER_GRADE
+from confide.runs.claims import ClaimConfig, add_claims
 from confide.scorers import SCORERS
-from confide.store import RunStore
+from confide.store.run_store import RunStore
 from confide.tasks import load_task
 
 runner = CliRunner()
@@ -118,7 +119,7 @@ def test_long_form_on_the_users_file_grades_by_its_labels(tmp_path):
 
 
 def test_claim_config_refuses_unknown_names():
-    from confide.errors import InvalidInputError, UnknownNameError
+    from confide.core.errors import InvalidInputError, UnknownNameError
 
     with pytest.raises(UnknownNameError, match="claim_suport"):
         ClaimConfig(scorers=("claim_suport",))

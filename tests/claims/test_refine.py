@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from confide import refine
-from confide.claims import fit_claim_calibrator, split_claims
-from confide.claims.refining import MARK
-from confide.errors import InvalidInputError
-from confide.records import Claim, Generation, Item, Record
+from confide.core.errors import InvalidInputError
+from confide.core.records import Claim, Generation, Item, Record
+from confide.decisions.refining import MARK, fit_claim_calibrator
+from confide.scorers.claim_split import split_claims
 
 
 def _record(text: str, confidences, name="claim_support") -> Record:

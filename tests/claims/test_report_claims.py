@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from confide.claims import ANSWER_GRADE, split_claims
+from confide.grading.claims import ANSWER_GRADE
 from confide.report import write_report
+from confide.scorers.claim_split import split_claims
 from tests.report.browser import Browser, find_chromium
 from tests.report.runs import HOSTILE_ANSWER, make_records, store_run
 

@@ -7,12 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from confide.claims import aggregate_claims, split_claims
-from confide.errors import CannotScore
-from confide.judges import ExactJudge
-from confide.records import Generation, Item, Record
+from confide.core.errors import CannotScore
+from confide.core.records import Generation, Item, Record
+from confide.equivalence.judges import ExactJudge
 from confide.scorers import SCORERS, ScoringContext, run_scorer
-from confide.scorers.claims import claim_p_true_prompt
+from confide.scorers.claim_split import split_claims
+from confide.scorers.claims import aggregate_claims, claim_p_true_prompt
 
 TOKENS = ["Paris", " is", " big", ".", " Lyon", " is", " small", "."]
 LOGP = np.log([0.6, 0.9, 0.5, 0.8, 0.4, 0.9, 0.7, 0.95])
@@ -171,7 +171,7 @@ def test_claim_scorers_sit_in_the_one_registry_at_claim_level():
 def test_an_empty_claim_gets_nan_with_the_reason_and_never_reaches_the_scorer():
     from dataclasses import replace
 
-    from confide.records import Claim
+    from confide.core.records import Claim
     from confide.scorers.base import EMPTY_CLAIM
 
     seen = []
@@ -198,9 +198,9 @@ def test_claims_of_an_empty_answer_get_nan_with_the_reason():
 
 
 def test_a_scorer_of_the_wrong_level_is_refused_naming_the_level():
-    from confide.claims import ClaimConfig
-    from confide.errors import UnknownNameError
-    from confide.pipeline import plan_scorers
+    from confide.core.errors import UnknownNameError
+    from confide.pipeline.answering import plan_scorers
+    from confide.runs.claims import ClaimConfig
     from confide.scorers import scorer_at
 
     with pytest.raises(UnknownNameError, match="'claim_support' is a claim-level scorer"):

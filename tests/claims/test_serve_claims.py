@@ -11,8 +11,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from faultserver import running  # noqa: E402
 
-from confide.claims import ClaimConfig  # noqa: E402
 from confide.decisions import Calibrator  # noqa: E402
+from confide.runs.claims import ClaimConfig
 from confide.serve.app import create_app  # noqa: E402
 
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from confide.claims import sentence_spans, split_claims, token_spans
-from confide.claims.split import claim_prompt
-from confide.errors import InvalidInputError
-from confide.records import Generation
+from confide.core.errors import InvalidInputError
+from confide.core.records import Generation
+from confide.scorers.claim_split import claim_prompt, sentence_spans, split_claims, token_spans
 
 
 def _sentences(text):

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from confide.records import Generation, Item, Record
-from confide.store import RunStore
+from confide.core.records import Generation, Item, Record
+from confide.store.run_store import RunStore
 
 
 def generation(text: str, logprobs: list[float]) -> Generation:

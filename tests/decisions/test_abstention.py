@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
+from confide.core.errors import InvalidInputError
 from confide.decisions import AbstentionPolicy, Calibrator, abstain_run, fit_abstention, load_policy
 from confide.decisions.abstention import binomial_p_value, min_answered
-from confide.errors import InvalidInputError
 from tests.decisions.helpers import scored_records, write_run
 
 

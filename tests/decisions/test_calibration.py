@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from scipy.special import expit
 
+from confide.core.errors import InvalidInputError
 from confide.decisions import (
     Calibrator,
     calibrate_run,
@@ -15,7 +16,6 @@ from confide.decisions import (
     reliability_diagram,
 )
 from confide.decisions.calibration import CALIBRATION_METHODS
-from confide.errors import InvalidInputError
 from confide.metrics import calibration_error, crossfit_probabilities
 from tests.decisions.helpers import scored_records, write_run
 

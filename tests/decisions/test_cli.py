@@ -8,8 +8,8 @@ from scipy.special import expit
 from typer.testing import CliRunner
 
 from confide.cli import app
+from confide.core.records import Item, Record
 from confide.decisions import load_calibrator, load_policy
-from confide.records import Item, Record
 from tests.decisions.helpers import generation, scored_records, write_run
 
 runner = CliRunner()
@@ -119,7 +119,7 @@ def test_decisions_import_no_torch():
     import subprocess
     import sys
 
-    code = ("import sys, confide.decisions, confide.render.decisions;"
+    code = ("import sys, confide.decisions, confide.cli.decision_tables;"
             "print('torch' in sys.modules, 'transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout

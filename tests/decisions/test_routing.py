@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
+from confide.core.errors import InvalidInputError
 from confide.decisions import cascade, cascade_curve, route_models
-from confide.errors import InvalidInputError
 from tests.decisions.helpers import scored_records, write_run
 
 

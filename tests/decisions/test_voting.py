@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 from scipy.stats import beta
 
+from confide.core.errors import InvalidInputError
+from confide.core.records import Item, Record
 from confide.decisions import (
     adaptive_vote,
     cisc_vote,
@@ -15,8 +17,6 @@ from confide.decisions import (
 )
 from confide.decisions.adaptive import leader_probability
 from confide.decisions.voting import cisc_weights, sample_confidences
-from confide.errors import InvalidInputError
-from confide.records import Item, Record
 from tests.decisions.helpers import generation, write_run
 
 

@@ -30,7 +30,7 @@ import pytest
 from typer.testing import CliRunner
 
 from confide.cli import app
-from confide.store import RunStore
+from confide.store.run_store import RunStore
 from tests.conftest import make_record
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -14,11 +14,11 @@ import pytest
 from typer.testing import CliRunner
 
 from confide.cli import app
-from confide.errors import InvalidInputError, StoreDamaged
+from confide.core.errors import InvalidInputError, StoreDamaged
+from confide.core.options import check_option
 from confide.grading import grade
-from confide.options import check_option
-from confide.plan import RunConfig
-from confide.store import RunStore
+from confide.pipeline.plan import RunConfig
+from confide.store.run_store import RunStore
 from confide.tasks import load_task
 from tests.hostile.test_corpus import damage, stored_run
 
@@ -168,7 +168,7 @@ def test_every_output_option_of_every_command_has_an_unwritable_path_case():
 
 
 def test_writable_file_leaves_an_existing_file_and_no_new_one(tmp_path):
-    from confide.outputs import writable_dir, writable_file
+    from confide.core.paths import writable_dir, writable_file
 
     old = tmp_path / "old.json"
     old.write_text("kept")
@@ -188,7 +188,7 @@ def test_writable_file_leaves_an_existing_file_and_no_new_one(tmp_path):
 @pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0,
                     reason="root writes into read-only folders")
 def test_read_only_folder_is_refused_with_the_option_named(tmp_path):
-    from confide.outputs import writable_dir, writable_file
+    from confide.core.paths import writable_dir, writable_file
 
     folder = tmp_path / "ro"
     folder.mkdir()

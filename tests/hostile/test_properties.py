@@ -1,6 +1,6 @@
 """Property-based tests: arbitrary input gives a value or a clear error, never a crash.
 
-A "clear error" is :class:`~confide.errors.ConfideError` (for file loaders and
+A "clear error" is :class:`~confide.core.errors.ConfideError` (for file loaders and
 options: an InvalidInputError naming where) or, for the server's request
 model, pydantic's ValidationError, which the server answers with a 400.
 """
@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from confide.errors import ConfideError, InvalidInputError
+from confide.core.errors import ConfideError, InvalidInputError
+from confide.core.options import RANGES, check_option, check_stop
+from confide.core.records import Item
 from confide.grading import GRADERS, grade, normalize_answer
-from confide.options import RANGES, check_option, check_stop
-from confide.records import Item
 from confide.scorers.reflexive import parse_confidence
 from confide.serve.models import ChatCompletionRequest
 from confide.tasks import load_task
@@ -106,7 +106,7 @@ def test_graders_give_a_value_in_unit_interval(answer, references, name):
 @FAST
 @given(st.text(max_size=80))
 def test_verbalized_confidence_parser_gives_a_probability_or_a_reason(reply):
-    from confide.errors import CannotScore
+    from confide.core.errors import CannotScore
 
     try:
         value = parse_confidence(reply)

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from confide.errors import InvalidInputError, UnknownNameError
+from confide.core.errors import InvalidInputError, UnknownNameError
 from confide.ingest import DETECTION_ORDER, FORMATS, ImportedStream, detect_format, read_generations
 from confide.ingest.common import (
     Step,

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from confide.errors import InvalidInputError
+from confide.core.errors import InvalidInputError
 from confide.ingest import option_probability, read_generations
 
 DATA = Path(__file__).parent / "data"

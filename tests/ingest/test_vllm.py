@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from confide.backends.vllm import topk_statistics
-from confide.errors import InvalidInputError
+from confide.core.errors import InvalidInputError
 from confide.ingest import read_generations
 
 DATA = Path(__file__).parent / "data"

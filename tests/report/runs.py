@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from confide.records import Generation, Item, Record
-from confide.store import RunStore
+from confide.core.records import Generation, Item, Record
+from confide.store.run_store import RunStore
 
 #: Text that would run script if a report ever parsed it as HTML.
 HOSTILE_ANSWER = '<script>window.__pwned = 1</script>"><img src=x onerror="window.__pwned = 2">'

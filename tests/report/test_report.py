@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from confide.errors import InvalidInputError, StoreError
+from confide.core.errors import InvalidInputError, StoreError
+from confide.core.records import Generation
 from confide.metrics import aurc_loss, auroc_score
-from confide.records import Generation
 from confide.report import build_report, write_comparison, write_report
 from confide.report.data import risk_coverage_points, roc_points, sample_groups
 from tests.report.runs import (
@@ -311,7 +311,7 @@ def _summary_cells(html: str) -> dict[str, list[str]]:
 
 def test_report_numbers_equal_confide_eval_json(run_dir, tmp_path):
     from confide.cli import app
-    from confide.formatting import fmt_interval
+    from confide.core.formatting import fmt_interval
 
     out = tmp_path / "eval.json"
     done = CliRunner().invoke(app, ["eval", str(run_dir), "--resamples", "40", "--json",
@@ -383,7 +383,7 @@ def test_run_view_length_audit_says_when_there_is_no_lead():
 
 
 def test_sample_groups_follow_the_judge_clusters():
-    from confide import judges
+    from confide.equivalence import judges
 
     samples = [Generation(t) for t in ["12 apples", "12", "13", "twelve"]]
     groups = sample_groups(samples, "It is 12.", judge=judges.make_judge("numeric"))

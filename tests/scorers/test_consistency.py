@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from confide.judges import ExactJudge
-from confide.records import Generation, Item, Record
+from confide.core.records import Generation, Item, Record
+from confide.equivalence.judges import ExactJudge
 from confide.scorers import SCORERS, ScoringContext, run_scorer
 from confide.scorers.consistency import EIGENSCORE_ALPHA, eigenscore_key
-from confide.scorers.semantic import SAR_TEMPERATURE
+from confide.scorers.relevance import SAR_TEMPERATURE
 
 SAMPLED = ["cocoa", "cocoa_ppl", "cocoa_mte", "semantic_density", "sentence_sar",
            "cosine_consistency", "consistency_confidence", "label_prob", "eigenscore",

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from confide.backends.base import GenerationSpec
-from confide.records import Generation, Item, Record
+from confide.core.records import Generation, Item, Record
 from confide.scorers import SCORERS, ScoringContext, run_scorer
 from confide.scorers.forward import (
     CPMI_LAMBDA,
@@ -197,7 +197,7 @@ def test_forward_scorers_through_the_api(hf_model):
 
 def test_an_openai_backend_skips_the_forward_scorers_with_the_reason():
     from confide.backends.openai import OpenAIBackend
-    from confide.pipeline import plan_scorers
+    from confide.pipeline.answering import plan_scorers
 
     backend = OpenAIBackend("m", base_url="http://127.0.0.1:9/v1", logprobs=True)
     names = ["pmi", "cpmi", "rauq", "attention_score", "renyi_negentropy", "fisher_rao", "msp"]

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from confide.errors import CannotScore
-from confide.judges import ExactJudge
-from confide.records import Generation, Item, Record
+from confide.core.errors import CannotScore
+from confide.core.records import Generation, Item, Record
+from confide.equivalence.judges import ExactJudge
 from confide.scorers import SCORERS, ScoringContext, run_scorer
 from confide.scorers.information import (
     boosted_token_probability,

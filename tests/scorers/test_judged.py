@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from confide.backends.base import GenerationResult
-from confide.errors import CannotScore
-from confide.judges import ExactJudge
-from confide.records import Generation, Item, Record
+from confide.core.errors import CannotScore
+from confide.core.records import Generation, Item, Record
+from confide.equivalence.judges import ExactJudge
 from confide.scorers import SCORERS, ScoringContext, run_scorer
-from confide.scorers.judged import (
+from confide.scorers.asking import (
     BSDETECTOR_ALPHA,
     BSDETECTOR_BETA,
     judge_prompt,

@@ -9,8 +9,8 @@ import pytest
 
 from confide.backends.base import GenerationResult, GenerationSpec
 from confide.backends.binary import two_way_from_logprobs
-from confide.errors import CannotScore
-from confide.records import Generation, Item, Record
+from confide.core.errors import CannotScore
+from confide.core.records import Generation, Item, Record
 from confide.scorers import SCORERS, ScoringContext, run_scorer
 from confide.scorers.reflexive import (
     R_EMPTY,
@@ -206,7 +206,7 @@ def test_verbalized_1s_attaches_only_a_confidence_about_the_greedy_answer(
 
 
 def test_verbalized_1s_compares_answers_with_the_runs_judge():
-    from confide.judges import NumericJudge
+    from confide.equivalence.judges import NumericJudge
 
     ctx = ScoringContext(backend=ReplyBackend("Answer: I am confident it is 42 / "
                                               "Confidence: 90"), judge=NumericJudge())

@@ -7,12 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from confide.errors import InvalidInputError
-from confide.judges import AstJudge, Decision, ExactJudge, Judge
-from confide.records import Generation, Item, Record
+from confide.core.errors import InvalidInputError
+from confide.core.records import Generation, Item, Record
+from confide.equivalence.judges import AstJudge, Decision, ExactJudge, Judge
+from confide.evaluation.semantic_calibration import semantic_calibration_error
 from confide.scorers import SCORERS, ScoringContext, run_scorer
+from confide.scorers import relevance as rel
 from confide.scorers import semantic as sem
-from confide.scorers.semantic import meaningful_spans, semantic_calibration_error
+from confide.scorers.relevance import meaningful_spans
 
 SEMANTIC = ["agreement", "num_sets", "semantic_entropy", "semantic_entropy_weighted", "eigv",
             "degree", "eccentricity", "kernel_language_entropy", "sar", "token_sar", "cocoa"]
@@ -234,18 +236,18 @@ def test_long_answer_relevance_is_taken_within_its_sentence():
     q = "What is the capital of France?"
     first = ["The", " capital", " of", " France", " is", " Paris", "."]
     filler = [" It", " has", " many", " old", " bridges", "."]
-    tokens = first + filler * ((sem.RELEVANCE_WINDOW // len(filler)) + 1)
+    tokens = first + filler * ((rel.RELEVANCE_WINDOW // len(filler)) + 1)
     units = [[i] for i in range(len(tokens))]
-    relevance = sem.removal_relevance(q, tokens, units)
+    relevance = rel.removal_relevance(q, tokens, units)
     e = embed_texts([f"{q} {''.join(first).strip()}"] + [
         f"{q} {''.join(first[:i] + first[i + 1:]).strip()}" for i in range(len(first))])
     assert relevance[:len(first)] == pytest.approx(np.clip(1 - e[1:] @ e[0], 0, None),
                                                    abs=1e-6)
-    spans = sem.relevance_spans(tokens, units, sem.RELEVANCE_WINDOW)
+    spans = rel.relevance_spans(tokens, units, rel.RELEVANCE_WINDOW)
     assert spans[0] == list(range(len(first))) and all(len(s) <= len(filler) for s in spans[1:])
     # a short answer is one span: exactly the papers' whole-answer removal
-    short = sem.removal_relevance(q, first, [[i] for i in range(len(first))])
-    assert short == pytest.approx(sem.removal_relevance(q, first, [[i] for i in range(len(first))],
+    short = rel.removal_relevance(q, first, [[i] for i in range(len(first))])
+    assert short == pytest.approx(rel.removal_relevance(q, first, [[i] for i in range(len(first))],
                                                         window=None), abs=0)
 
 
@@ -255,15 +257,15 @@ def test_relevance_reaches_tokens_past_the_encoders_limit():
     q = "Name a number."
     tokens = [" one", " two", " three", "."] * 90 + [" Paris", "."]
     units = [[i] for i in range(len(tokens))]
-    assert sem.removal_relevance(q, tokens, units, window=None)[-2] < 1e-6
-    assert sem.removal_relevance(q, tokens, units)[-2] > 0.01
+    assert rel.removal_relevance(q, tokens, units, window=None)[-2] < 1e-6
+    assert rel.removal_relevance(q, tokens, units)[-2] > 0.01
 
 
 def test_sar_identical_samples_hand_computed():
     # each sample one token (TokenSAR = -log p), identical texts (R_S = 1):
     # SentSAR = -log(p + p / t), c = log(p (1 + 1/t)) with p = e^-0.5, t = 1e-3
     r = record([gen("Paris", [-0.5]), gen("Paris", [-0.5])])
-    assert score("sar", r) == pytest.approx(-0.5 + math.log(1 + 1 / sem.SAR_TEMPERATURE),
+    assert score("sar", r) == pytest.approx(-0.5 + math.log(1 + 1 / rel.SAR_TEMPERATURE),
                                             abs=1e-4)
 
 
@@ -371,7 +373,7 @@ def test_real_model_run_with_three_samples(hf_model, tmp_path):
 
 
 def test_word_units_split_words_and_punctuation_within_token_bounds():
-    from confide.scorers.semantic import word_units
+    from confide.scorers.relevance import word_units
 
     assert word_units([" 1", ",", "000", " km"]) == [[0], [1], [2], [3]]
     assert word_units(["Shakes", "peare", "'s"]) == [[0, 1], [2]]
@@ -379,7 +381,7 @@ def test_word_units_split_words_and_punctuation_within_token_bounds():
 
 
 def test_mars_hand_computed():
-    from confide.scorers.semantic import MARS_TEMPERATURE, mars_value
+    from confide.scorers.relevance import MARS_TEMPERATURE, mars_value
 
     ell = np.log([0.5, 0.9, 0.6])
     units, importance = [[0, 1], [2]], np.array([0.1, 0.4])  # scaled to (0.25, 1)

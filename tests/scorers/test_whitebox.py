@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from confide.records import Generation, Item, Record
+from confide.core.records import Generation, Item, Record
 from confide.scorers import SCORERS, run_scorer
 from tests.conftest import make_record
 

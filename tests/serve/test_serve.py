@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from faultserver import FaultServer, running  # noqa: E402
 
 from confide.backends.openai import OpenAIBackend  # noqa: E402
+from confide.core.errors import InvalidInputError  # noqa: E402
 from confide.decisions import AbstentionPolicy, Calibrator  # noqa: E402
-from confide.errors import InvalidInputError  # noqa: E402
 from confide.serve.app import create_app  # noqa: E402
 from confide.serve.decisions import load_calibrator, load_policy  # noqa: E402
 from confide.serve.models import Limits  # noqa: E402

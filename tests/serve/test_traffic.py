@@ -20,11 +20,11 @@ from faultserver import FaultServer, running  # noqa: E402
 from test_serve import platt, threshold_policy  # noqa: E402
 
 from confide.backends.openai import OpenAIBackend  # noqa: E402
-from confide.errors import ConfigMismatch  # noqa: E402
-from confide.runs import Run  # noqa: E402
+from confide.core.errors import ConfigMismatch  # noqa: E402
+from confide.runs.stored import Run  # noqa: E402
 from confide.serve import traffic  # noqa: E402
 from confide.serve.app import create_app  # noqa: E402
-from confide.store import RunStore  # noqa: E402
+from confide.store.run_store import RunStore  # noqa: E402
 
 UPSTREAM_KEY = "sk-upstream-traffic-5d21c"
 CLIENT_KEY = "sk-client-traffic-77ab0"

@@ -10,7 +10,7 @@ scorers whose needs are unmet and say why.
 A backend with ``streaming = True`` also takes ``on_token``: a
 :data:`TokenCallback` called once per generated token of every row (greedy and
 samples) as it is produced; returning a reason (a non-empty string) ends that
-row there, with that reason as its ``finish_reason`` (``confide.streaming``
+row there, with that reason as its ``finish_reason`` (``confide.pipeline.streaming``
 uses it for token-level confidence, early abstention and clients that went
 away).
 
@@ -45,10 +45,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, cast, runtime_checkable
 
-from confide.errors import InvalidInputError
-from confide.options import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, check_option, check_stop
-from confide.records import Generation, Message
-from confide.registry import Registry, load_object
+from confide.core.errors import InvalidInputError
+from confide.core.options import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, check_option, check_stop
+from confide.core.records import Generation, Message
+from confide.core.registry import Registry, load_object
 
 __all__ = ["BACKENDS", "Backend", "GenerationResult", "GenerationSpec", "GeneratesAsync",
            "HasAttentions", "HasChatTemplate", "HasConfig", "HasContextWindow", "HasLayers",
@@ -74,7 +74,7 @@ class GenerationSpec:
     greedy: bool = True
 
     def __post_init__(self) -> None:
-        # The one set of rules (confide.options) also guards direct API use.
+        # The one set of rules (confide.core.options) also guards direct API use.
         for name in ("max_new_tokens", "n_samples", "temperature", "top_p"):
             check_option(name, getattr(self, name))
         check_stop(self.stop, most=None)
@@ -210,7 +210,7 @@ class GeneratesAsync(Protocol):
 
     async def agenerate_one(self, prompt: Prompt, spec: GenerationSpec, seed: int, *,
                             on_token: TokenCallback | None = None) -> GenerationResult:
-        """One prompt's result; raises :class:`~confide.errors.BackendError` on failure."""
+        """One prompt's result; raises :class:`~confide.core.errors.BackendError` on failure."""
         ...
 
 

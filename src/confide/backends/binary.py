@@ -9,7 +9,7 @@ LLM-as-a-judge grader and the ``llm`` equivalence judge.
   generation. A reply none of whose spellings is listed counts with the
   smallest listed probability (the most it can have: an upper bound); when
   neither reply is listed the question has no answer and
-  :class:`~confide.errors.CannotScore` says so.
+  :class:`~confide.core.errors.CannotScore` says so.
 
 Either way each reply's spellings are summed and the two sums renormalised
 (:func:`two_way_from_logprobs`), in log space, so no log-odds overflow.
@@ -23,8 +23,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from confide.backends.base import Backend, GenerationSpec, NextTokenScorer, Prompt
-from confide.errors import CannotScore, InvalidInputError
-from confide.records import Generation
+from confide.core.errors import CannotScore, InvalidInputError
+from confide.core.records import Generation
 
 __all__ = ["NO", "YES", "reply_probability", "two_way_from_logprobs", "two_way_probabilities",
            "two_way_probability"]
@@ -44,7 +44,7 @@ def two_way_from_logprobs(logp_yes: Sequence[float] | np.ndarray,
     computed as a numerically stable logistic of the log-odds, so log-odds of
     any size (even :math:`\pm\infty`) give a probability in [0, 1].
 
-    Raises :class:`~confide.errors.CannotScore` when neither reply has any
+    Raises :class:`~confide.core.errors.CannotScore` when neither reply has any
     probability.
 
     >>> round(two_way_from_logprobs(np.log([0.3, 0.1]), np.log([0.2])), 6)
@@ -70,7 +70,7 @@ def reply_probability(gen: Generation | None, yes: Sequence[str], no: Sequence[s
 
     Spellings match after stripping and case-folding. A reply none of whose
     spellings is listed counts with the smallest listed probability.
-    Raises :class:`~confide.errors.CannotScore` without alternatives or when
+    Raises :class:`~confide.core.errors.CannotScore` without alternatives or when
     neither reply is listed.
     """
     if gen is None or not gen.top_tokens or gen.top_logprobs is None or not len(gen.top_logprobs):
@@ -98,7 +98,7 @@ def two_way_probabilities(backend: Backend, prompts: list[Prompt], yes: Sequence
 
     All prompts go to the backend in one call (``next_token_logprobs``, or one
     ``generate`` of one token with ``top_k`` alternatives; ``seeds`` default
-    to 0). Raises :class:`~confide.errors.CannotScore` when a prompt's reply
+    to 0). Raises :class:`~confide.core.errors.CannotScore` when a prompt's reply
     cannot be read (see the module notes).
     """
     if not prompts:

@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from confide.errors import ModelLoadError
+from confide.core.errors import ModelLoadError
 
 __all__ = ["ALIASES", "ModelSource", "cache_dir", "resolve_model"]
 

@@ -32,8 +32,8 @@ and each chunk's tokens are reported as they arrive, with the server's
 log-probabilities when it sends them (no entropy: an API gives no full
 distribution); the samples are asked as usual. A streamed request is not
 retried (its tokens were already handed on): a stream cut midway, a malformed
-chunk or an error event raises :class:`~confide.errors.BackendError`, a
-silence longer than ``timeout`` :class:`~confide.errors.BackendTimeout`. When
+chunk or an error event raises :class:`~confide.core.errors.BackendError`, a
+silence longer than ``timeout`` :class:`~confide.core.errors.BackendTimeout`. When
 ``on_token`` returns a reason the response is closed, which stops the server.
 
 The API key is read from the environment variable named by ``api_key_env`` and
@@ -71,8 +71,8 @@ from confide.backends.base import (
     TokenEvent,
 )
 from confide.backends.openai_logprobs import MalformedResponse, generation_from_choice
-from confide.errors import BackendError, BackendTimeout, InvalidInputError, RateLimited
-from confide.records import Generation, Message
+from confide.core.errors import BackendError, BackendTimeout, InvalidInputError, RateLimited
+from confide.core.records import Generation, Message
 
 __all__ = ["OpenAIBackend", "endpoint_url"]
 
@@ -330,7 +330,8 @@ class OpenAIBackend(Backend, Streams, GeneratesAsync):
 
     async def agenerate_one(self, prompt: Prompt, spec: GenerationSpec, seed: int, *,
                             on_token: TokenCallback | None = None) -> GenerationResult:
-        """One prompt; raises :class:`~confide.errors.BackendError` (or a subclass) on failure."""
+        """One prompt; raises :class:`~confide.core.errors.BackendError` (or a subclass) on failure.
+        """
         if self._logprobs is None:
             await self.aprobe()
         async with self._session() as session:

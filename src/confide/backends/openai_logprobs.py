@@ -1,4 +1,4 @@
-"""One choice of an OpenAI response object as a :class:`~confide.records.Generation`.
+"""One choice of an OpenAI response object as a :class:`~confide.core.records.Generation`.
 
 The ``openai`` backend reads every reply (and every assembled stream) with
 :func:`generation_from_choice`; an importer of saved OpenAI logs can read their
@@ -56,7 +56,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from confide.records import Generation
+from confide.core.records import Generation
 
 __all__ = ["MalformedResponse", "answer_length", "generation_from_choice"]
 
@@ -79,7 +79,7 @@ class MalformedResponse(ValueError):
 def generation_from_choice(choice: Any, *, logprobs: bool | None = None,
                            top_k_alternatives: int = 0,
                            api: Literal["chat", "completions"] | None = None) -> Generation:
-    """The :class:`~confide.records.Generation` of one choice of an OpenAI response.
+    """The :class:`~confide.core.records.Generation` of one choice of an OpenAI response.
 
     Parameters
     ----------

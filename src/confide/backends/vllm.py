@@ -54,8 +54,8 @@ from confide.backends.base import (
     encode_prompt,
 )
 from confide.backends.models import DEFAULT_MODEL, resolve_model
-from confide.errors import InvalidInputError, ModelLoadError
-from confide.records import Generation
+from confide.core.errors import InvalidInputError, ModelLoadError
+from confide.core.records import Generation
 
 __all__ = ["STATS_LOGPROBS", "TAIL_FLOOR", "TokenText", "VLLMBackend", "assemble",
            "request_plan", "to_generation", "topk_statistics"]
@@ -159,7 +159,7 @@ def _ranked(entries: dict[int, _Logprob], k: int) -> list[tuple[int, float]]:
 
 def to_generation(output: _Output, text: TokenText, spec: GenerationSpec, *,
                   stats_k: int, vocab_size: int, approximate: bool = True) -> Generation:
-    """A confide :class:`~confide.records.Generation` from one vLLM ``CompletionOutput``.
+    """A confide :class:`~confide.core.records.Generation` from one vLLM ``CompletionOutput``.
 
     The answer is the generated tokens less a final end-of-sequence or stop
     token, decoded and cut at the first stop string, less the trailing tokens

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from confide.errors import ConfideError
+from confide.core.errors import ConfideError
 
 app = typer.Typer(add_completion=False, no_args_is_help=False,
                   help="confide: tells you when to trust a language model's answer.")
@@ -72,14 +72,14 @@ RUN_OPTIONS = {"batch_size": "--batch-size", "temperature": "--temperature",
 
 
 def output_file(path: Path, option: str) -> Path:
-    from confide.outputs import writable_file
+    from confide.core.paths import writable_file
 
     with user_errors():
         return writable_file(path, option)
 
 
 def output_dir(path: Path, option: str) -> Path:
-    from confide.outputs import writable_dir
+    from confide.core.paths import writable_dir
 
     with user_errors():
         return writable_dir(path, option)

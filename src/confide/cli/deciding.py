@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from confide.cli.app import app, console, output_dir, output_file, user_errors
-from confide.errors import InvalidInputError
+from confide.core.errors import InvalidInputError
 
 
 @app.command()
@@ -22,8 +22,8 @@ def calibrate(
                                                      "(default: in the run directory)")] = None,
 ) -> None:
     """Fit a calibrator (confidence → probability of being right) on a graded run; save JSON."""
+    from confide.cli.decision_tables import render_calibration
     from confide.decisions.calibration import calibrate_run
-    from confide.render.decisions import render_calibration
 
     with user_errors():
         fit = calibrate_run(run_dir, scorer, method=method, grader=grader,  # type: ignore[arg-type]
@@ -49,9 +49,9 @@ def abstain(
                                                      "(default: in the run directory)")] = None,
 ) -> None:
     """Choose an answer/abstain threshold with P(error rate <= alpha) >= 1 - delta; save JSON."""
+    from confide.cli.decision_tables import render_abstention
     from confide.decisions.abstention import abstain_run
     from confide.decisions.calibration import load_calibrator
-    from confide.render.decisions import render_abstention
 
     with user_errors():
         cal = load_calibrator(calibrator) if calibrator else None
@@ -91,8 +91,8 @@ def route(
 
     With no runs given, runs both bundled models (SmolLM2-135M → Gemma-3-270m) on the
     same items of --task first (resumable)."""
+    from confide.cli.decision_tables import render_cascade
     from confide.decisions.routing import cascade, route_models
-    from confide.render.decisions import render_cascade
 
     if out is not None:
         out = output_dir(out, "--out")
@@ -128,9 +128,9 @@ def vote(
         help="also replay adaptive sampling against fixed k")] = True,
 ) -> None:
     """Majority vote vs confidence-weighted vote (CISC) over samples; adaptive stopping."""
+    from confide.cli.decision_tables import render_adaptive, render_votes
     from confide.decisions.adaptive import replay_adaptive
     from confide.decisions.voting import compare_votes
-    from confide.render.decisions import render_adaptive, render_votes
 
     with user_errors():
         cmp = compare_votes(run_dir, temperature=temperature, k=k, judge=judge, grader=grader,

@@ -22,8 +22,8 @@ from confide.cli.app import (
     progress_bar,
     user_errors,
 )
-from confide.errors import InvalidInputError
-from confide.options import DEFAULT_TEMPERATURE, DEFAULT_TOP_P
+from confide.core.errors import InvalidInputError
+from confide.core.options import DEFAULT_TEMPERATURE, DEFAULT_TOP_P
 
 
 @app.command()
@@ -101,9 +101,9 @@ def run(
 ) -> None:
     """Generate, score, grade and store a run; print how well each scorer predicts correctness."""
     from confide import api
-    from confide.claims import ClaimConfig
-    from confide.options import check_distribution
-    from confide.plan import DEFAULT_SCORERS, RunConfig, sample_count
+    from confide.core.options import check_distribution
+    from confide.pipeline.plan import DEFAULT_SCORERS, RunConfig, sample_count
+    from confide.runs.claims import ClaimConfig
 
     chosen = tuple(s.strip() for s in scorers.split(",") if s.strip()) if scorers \
         else DEFAULT_SCORERS
@@ -119,7 +119,7 @@ def run(
 
         samples = sample_count([s for s in chosen if s in SCORERS],
                                at_least=claim_config.n_samples)
-    try:  # the ranges live in confide.options; a bad value is a usage error naming the option
+    try:  # the ranges live in confide.core.options; a bad value is a usage error naming the option
         config = RunConfig(model=model, backend=backend, task=task, data_path=data,
                            limit=limit or None, scorers=chosen, grader=grader,
                            max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size,
@@ -212,8 +212,8 @@ def score(
              "files of 32 MB or more; 1: this process only)")] = None,
 ) -> None:
     """Score a file of existing generations into a run (then eval, report, calibrate ...)."""
-    from confide.importing import import_file
     from confide.ingest import detect_format
+    from confide.runs.importing import import_file
 
     target = output_dir(out, "--out")
     with user_errors():
@@ -261,7 +261,7 @@ def label(
                            ] = "label",
 ) -> None:
     """Attach correctness labels from a file to a run, as a grader of their own name."""
-    from confide.labels import label_run
+    from confide.runs.labels import label_run
 
     with user_errors():
         n = label_run(run_dir, labels, name=name, id_field=id_field, label_field=label_field)
@@ -273,8 +273,11 @@ def _long_form(target: Path, claim_config: Any, loaded: Any) -> str | None:
     """The claim stage of `confide run --long-form`: claims, their table, the refined answers.
     Returns the answer grade to show in the run's table (None: the run's own grader)."""
     from confide import api
-    from confide.claims import ANSWER_GRADE, add_claims, evaluate_claims, refine_run
-    from confide.render import render_eval_table
+    from confide.cli.tables import render_eval_table
+    from confide.decisions.refining import refine_run
+    from confide.evaluation.claims import evaluate_claims
+    from confide.grading.claims import ANSWER_GRADE
+    from confide.runs.claims import add_claims
 
     bar, update = progress_bar("claims")
     with user_errors():

@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 
 from confide.cli.app import app, console, err_console, output_file, user_errors
-from confide.errors import InvalidInputError
+from confide.core.errors import InvalidInputError
 
 
 @app.command(name="report")
@@ -53,7 +53,7 @@ def compare(
 def scorers() -> None:
     """List the registered scorers by family and cost, with their level (answer or claim)
     and what they need."""
-    from confide.render import print_table
+    from confide.cli.tables import print_table
     from confide.scorers import FAMILIES, SCORERS, Cost
 
     families = list(dict.fromkeys([*FAMILIES, *(spec.family for spec in SCORERS.values())]))
@@ -71,7 +71,7 @@ def scorers() -> None:
 @app.command()
 def tasks() -> None:
     """List the built-in tasks with size, format and default grader."""
-    from confide.render import print_table
+    from confide.cli.tables import print_table
     from confide.tasks import TASKS, load_task
 
     rows = []
@@ -92,8 +92,8 @@ def export(
     out: Annotated[Optional[Path], typer.Option(help="output file")] = None,
 ) -> None:
     """Export a run's records: one row per record, one column per scorer and grader."""
-    from confide.exports import export_run
-    from confide.store import RunStore
+    from confide.store.exports import export_run
+    from confide.store.run_store import RunStore
 
     with user_errors(), RunStore.open(run_dir) as store:  # also a damaged store: recovers
         path = export_run(store, fmt, out)
@@ -122,7 +122,7 @@ def eval_(
 ) -> None:
     """Recompute every metric of a stored run (no model, no regeneration, no rescoring)."""
     from confide import api
-    from confide.render import render_eval_table
+    from confide.cli.tables import render_eval_table
 
     if json_out is not None:
         json_out = output_file(json_out, "--json")
@@ -138,13 +138,13 @@ def eval_(
         table = result.evaluate(grader=grader, metrics=names, n_resamples=resamples,
                                 metric_options={k: v for k, v in options.items() if k in names})
     render_eval_table(console, table, title=str(run_dir), skipped=result.skipped_scorers)
-    from confide.store import RunStore
+    from confide.store.run_store import RunStore
 
     with user_errors(), RunStore.open(run_dir) as store:  # imported runs: bounds, not values
         for stat, note in (store.get_meta("approximate", {}) or {}).items():
             console.print(f"  note: {escape(stat)} are {escape(note)}")
     if json_out:
-        from confide.outputs import write_text
+        from confide.core.paths import write_text
 
         with user_errors():
             write_text(json_out, json.dumps(table.to_dict(), indent=2), "--json")
@@ -176,7 +176,7 @@ def fit_(
     """Fit a hidden-state probe, density model or scorer combiner on a graded run; apply with
     eval --with."""
     from confide import api
-    from confide.render import print_table
+    from confide.cli.tables import print_table
 
     chosen = [s.strip() for s in scorers.split(",") if s.strip()] if scorers else None
     out = output_file(out, "--out")
@@ -204,8 +204,8 @@ def fit_(
 @app.command(name="metrics")
 def list_metrics() -> None:
     """List the registered evaluation metrics."""
+    from confide.cli.tables import print_table
     from confide.metrics import METRICS
-    from confide.render import print_table
 
     print_table(console, ["metric", "kind", "direction", "on probabilities", "summary"],
                 [[spec.name, spec.kind, "higher better" if spec.higher_is_better

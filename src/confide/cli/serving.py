@@ -45,7 +45,7 @@ def serve(
     early_abstain_after: Annotated[int, typer.Option(
         help="tokens generated before early abstention may stop an answer")] = 4,
     summary_samples: Annotated[int, typer.Option(
-        help="samples drawn per request for confide.summary (0: only when drawn anyway)")
+        help="samples drawn per request for the summary (0: only when drawn anyway)")
                                ] = 0,
     log_run: Annotated[Optional[Path], typer.Option(
         help="store every request and reply in this run directory, to label (confide "

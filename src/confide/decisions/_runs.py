@@ -10,18 +10,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from confide.errors import InvalidInputError
-from confide.judges import default_judge, make_judge
-from confide.runs import Run, open_run
+from confide.core.errors import InvalidInputError
+from confide.equivalence.judges import default_judge, make_judge
+from confide.runs.stored import Run, open_run
 
 if TYPE_CHECKING:
-    from confide.records import Record
+    from confide.core.records import Record
 
 __all__ = ["RunColumn", "as_run", "run_column", "sampled_records"]
 
 
 def as_run(run: Run | str | Path) -> Run:
-    """A :class:`~confide.runs.Run` from a run or its directory."""
+    """A :class:`~confide.runs.stored.Run` from a run or its directory."""
     if isinstance(run, Run):
         return run
     path = Path(run)

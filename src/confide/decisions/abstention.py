@@ -80,8 +80,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from confide.core.errors import InvalidInputError
 from confide.decisions.calibration import check_header, read_json, write_json
-from confide.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from confide.decisions.calibration import Calibrator

@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from confide.core.errors import InvalidInputError
 from confide.decisions.voting import check_labels, majority_vote
-from confide.errors import InvalidInputError
 
 __all__ = ["AdaptiveReport", "adaptive_vote", "leader_probability", "replay_adaptive"]
 

@@ -45,7 +45,7 @@ from typing import Any, overload
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from confide.errors import InvalidInputError
+from confide.core.errors import InvalidInputError
 from confide.metrics.calibration import (
     ReliabilityDiagram,
     brier_loss,
@@ -145,7 +145,7 @@ class Calibrator:
 def load_calibrator(path: str | Path) -> Calibrator:
     """Read a calibrator saved by :meth:`Calibrator.save`.
 
-    Raises :class:`~confide.errors.InvalidInputError` naming the file (and the
+    Raises :class:`~confide.core.errors.InvalidInputError` naming the file (and the
     line of a JSON syntax error, or the bad field).
     """
     return Calibrator.from_dict(read_json(path), file=str(path))

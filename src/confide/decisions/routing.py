@@ -39,7 +39,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from confide.errors import InvalidInputError
+from confide.core.errors import InvalidInputError
 
 __all__ = ["CascadeCurve", "CascadePoint", "cascade", "cascade_curve", "route_models"]
 
@@ -99,7 +99,7 @@ class CascadeCurve:
         ``budget`` is in mean ``cost`` per item (tokens or seconds). Ties go
         to the cheaper point, then to the lower threshold (fewer escalations).
 
-        Raises :class:`~confide.errors.InvalidInputError` when neither or both
+        Raises :class:`~confide.core.errors.InvalidInputError` when neither or both
         are given, or when no threshold meets the target or the budget.
         """
         if (target_accuracy is None) == (budget is None):
@@ -254,8 +254,8 @@ def route_models(small: Any, large: Any, *, task: str = "triviaqa", scorer: str 
     (``limit``, ``max_new_tokens``, ``seed``, ...); the small run also computes
     ``scorer``.
     """
-    from confide.pipeline import DEFAULT_SCORERS
-    from confide.runs import evaluate
+    from confide.pipeline.answering import DEFAULT_SCORERS
+    from confide.runs.stored import evaluate
 
     scorers = tuple(settings.pop("scorers", DEFAULT_SCORERS))
     if scorer not in scorers:

@@ -1,7 +1,7 @@
 r"""Choosing one answer among samples: majority vote and confidence-informed self-consistency.
 
 A record holds :math:`k` sampled answers :math:`s_1..s_k`; an equivalence
-judge (:mod:`confide.judges`, the run's default for its grader unless one is
+judge (:mod:`confide.equivalence.judges`, the run's default for its grader unless one is
 named) groups them into clusters of equal meaning, with labels
 :math:`a_i`.
 
@@ -28,7 +28,7 @@ named) groups them into clusters of equal meaning, with labels
   logarithms (a softmax of log-probabilities at temperature :math:`T` would
   weight by :math:`c_i^{1/T}` instead). An empty sample is no answer:
   probability :math:`c_i = 0` (log-likelihood :math:`-\infty`, the package's
-  rule, see :attr:`confide.records.Generation.empty`), the smallest
+  rule, see :attr:`confide.core.records.Generation.empty`), the smallest
   confidence; and the judge puts every empty sample in a cluster of its own.
   The default temperature 0.1 is ours (the paper tunes :math:`T` per
   confidence method on held-out questions).
@@ -55,7 +55,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from confide.errors import InvalidInputError
+from confide.core.errors import InvalidInputError
 
 __all__ = ["VoteComparison", "check_labels", "cisc_vote", "cisc_weights", "compare_votes",
            "majority_vote", "record_clusters", "sample_confidences"]
@@ -202,7 +202,7 @@ def compare_votes(run: Any, *, temperature: float = 0.1, k: int | None = None,
     ``run``: a :class:`~confide.api.Run` or its directory, with samples (run
     with ``n_samples``). ``judge``: the equivalence judge forming the clusters
     (default: the one matching the run's grader, see
-    :func:`confide.judges.default_judge`). ``temperatures``: extra CISC
+    :func:`confide.equivalence.judges.default_judge`). ``temperatures``: extra CISC
     temperatures to report in ``cisc_by_temperature``. The chosen answer is
     graded with the run's grader.
     """

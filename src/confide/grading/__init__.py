@@ -3,7 +3,7 @@
 A grader is a plain function ``fn(answer, item, **options) -> float`` plus the
 :func:`grader` decorator, which records it in :data:`GRADERS`; importing this
 package registers every built-in grader. Every grader refuses an item without
-references with :class:`~confide.errors.InvalidInputError` naming the item:
+references with :class:`~confide.core.errors.InvalidInputError` naming the item:
 such items can be scored but not graded.
 
 =====================  ==========================================================
@@ -13,7 +13,7 @@ such items can be scored but not graded.
 :mod:`.choice`         ``choice`` (multiple choice)
 :mod:`.calls`          ``ast`` (function calls, BFCL)
 :mod:`.embedding`      ``embedding`` (sentence-embedding similarity)
-:mod:`.judge`          ``judge`` (LLM-as-a-judge) and its prompt
+:mod:`.llm_judge`      ``judge`` (LLM-as-a-judge) and its prompt
 =====================  ==========================================================
 
 Reading answers (normalisation, final numbers, function-call parsing,
@@ -25,8 +25,8 @@ from confide.grading.base import GRADERS, GraderSpec, grade, grader
 from confide.grading.calls import ast_match
 from confide.grading.choice import choice
 from confide.grading.embedding import embedding
-from confide.grading.judge import judge, judge_prompt
 from confide.grading.lexical import contains, exact, f1, rouge_l
+from confide.grading.llm_judge import judge, judge_prompt
 from confide.grading.numeric import numeric
 from confide.text import embed_texts, extract_final_number, normalize_answer, parse_function_calls
 

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from confide.errors import InvalidInputError
-from confide.records import Item
-from confide.registry import Registry
+from confide.core.errors import InvalidInputError
+from confide.core.records import Item
+from confide.core.registry import Registry
 from confide.text import normalize_answer
 
 __all__ = ["GRADERS", "GraderSpec", "apply_threshold", "grade", "grader", "normalized_references",

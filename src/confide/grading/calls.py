@@ -6,9 +6,9 @@ import json
 import math
 from typing import Any
 
-from confide.errors import InvalidInputError
+from confide.core.errors import InvalidInputError
+from confide.core.records import Item
 from confide.grading.base import grader, references
-from confide.records import Item
 from confide.text import Call, parse_function_calls
 
 __all__ = ["ast_match"]

@@ -6,9 +6,9 @@ import re
 import string
 import unicodedata
 
-from confide.errors import InvalidInputError
+from confide.core.errors import InvalidInputError
+from confide.core.records import Item
 from confide.grading.base import grader, references
-from confide.records import Item
 from confide.text import normalize_answer
 
 __all__ = ["LETTERS", "choice"]

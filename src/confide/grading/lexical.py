@@ -6,8 +6,8 @@ Answers and references are compared after :func:`~confide.text.normalize_answer`
 
 from __future__ import annotations
 
+from confide.core.records import Item
 from confide.grading.base import apply_threshold, grader, normalized_references, references
-from confide.records import Item
 from confide.text import answer_tokens, normalize_answer, rouge_l_f1, rouge_tokens, token_f1
 
 __all__ = ["contains", "exact", "f1", "rouge_l"]

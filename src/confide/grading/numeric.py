@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from confide.errors import InvalidInputError
+from confide.core.errors import InvalidInputError
+from confide.core.records import Item
 from confide.grading.base import grader, references
-from confide.records import Item
 from confide.text import extract_final_number
 
 __all__ = ["numeric"]

@@ -1,6 +1,6 @@
 r"""What every log reader shares: the :class:`Imported` record, the streamed JSON reading,
 the checks on log-probabilities and the one rule that turns per-token steps into a
-:class:`~confide.records.Generation`.
+:class:`~confide.core.records.Generation`.
 
 Reading
 -------
@@ -69,9 +69,9 @@ from typing import IO, Any
 import numpy as np
 
 from confide.backends.openai_logprobs import answer_length
-from confide.errors import InvalidInputError
-from confide.records import Generation, Item, Record
-from confide.registry import Registry
+from confide.core.errors import InvalidInputError
+from confide.core.records import Generation, Item, Record
+from confide.core.registry import Registry
 
 __all__ = ["BadField", "CHUNK", "Context", "FORMATS", "Imported", "LogFormat", "Step",
            "answer_length", "build_generation", "capabilities_of", "check_logprob",
@@ -90,7 +90,7 @@ _TOKEN_STATS = ("token_logprobs", "top_logprobs", "token_entropies")
 class BadField(Exception):
     """Raised by a format's parser: ``field`` of the record is unusable, and why.
 
-    The reader turns it into :class:`~confide.errors.InvalidInputError` naming the
+    The reader turns it into :class:`~confide.core.errors.InvalidInputError` naming the
     file and line (or skips the record with ``on_bad_record="skip"``).
     """
 
@@ -120,7 +120,7 @@ class Imported:
     approximate: dict[str, str] = field(default_factory=dict)
 
     def to_record(self) -> Record:
-        """A :class:`~confide.records.Record` (no scores, no grades yet)."""
+        """A :class:`~confide.core.records.Record` (no scores, no grades yet)."""
         return Record(item=self.item, greedy=self.greedy, samples=list(self.samples))
 
 
@@ -328,7 +328,7 @@ def label_from(obj: dict[str, Any], ctx: Context, defaults: Iterable[str] = ()
 def build_generation(text: str, steps: list[Step] | None, *, finish_reason: str = "stop",
                      cut: bool = True, bounds: bool = True, token_ids: list[int] | None = None,
                      tokens_known: bool = True) -> tuple[Generation, dict[str, str]]:
-    """A :class:`~confide.records.Generation` from an answer and its steps, and its notes.
+    """A :class:`~confide.core.records.Generation` from an answer and its steps, and its notes.
 
     ``steps`` None: the log has no statistics for this answer (text only). With
     ``cut``, the steps are cut to the answer text (:func:`answer_length`; needs
@@ -432,7 +432,7 @@ def iter_json_records(path: Path, source: str) -> Iterator[tuple[int, Any]]:
 
     A value that is not JSON is yielded as :class:`BadField` (field ``record``) in
     JSON Lines, so the caller may skip it; in an array or pretty-printed objects it
-    raises :class:`~confide.errors.InvalidInputError`, as does a file that cannot
+    raises :class:`~confide.core.errors.InvalidInputError`, as does a file that cannot
     be read or is not UTF-8 there.
     """
     try:

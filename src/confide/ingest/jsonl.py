@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from confide.core.records import Generation, Item
 from confide.ingest.common import (
     FORMATS,
     BadField,
@@ -56,7 +57,6 @@ from confide.ingest.common import (
     references_from,
     text_prompt,
 )
-from confide.records import Generation, Item
 
 __all__ = ["looks_like", "parse"]
 

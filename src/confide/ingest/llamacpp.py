@@ -53,6 +53,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from confide.core.records import Item
 from confide.ingest.common import (
     FORMATS,
     BadField,
@@ -71,7 +72,6 @@ from confide.ingest.common import (
     references_from,
     text_prompt,
 )
-from confide.records import Item
 
 __all__ = ["looks_like", "parse"]
 

@@ -57,7 +57,8 @@ from typing import Any
 
 import numpy as np
 
-from confide.errors import InvalidInputError
+from confide.core.errors import InvalidInputError
+from confide.core.records import Generation, Item
 from confide.ingest.common import (
     FORMATS,
     BadField,
@@ -69,7 +70,6 @@ from confide.ingest.common import (
     need_list,
     references_from,
 )
-from confide.records import Generation, Item
 from confide.tasks.base import LETTERS
 
 __all__ = ["looks_like", "option_probability", "parse"]

@@ -61,6 +61,7 @@ import math
 from typing import Any
 
 from confide.backends.openai_logprobs import MalformedResponse, generation_from_choice
+from confide.core.records import Generation, Item
 from confide.ingest.common import (
     FORMATS,
     BadField,
@@ -78,7 +79,6 @@ from confide.ingest.common import (
     references_from,
     text_prompt,
 )
-from confide.records import Generation, Item
 
 __all__ = ["looks_like", "parse"]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from confide.errors import InvalidInputError
+from confide.core.errors import InvalidInputError
 from confide.metrics.crossfit import CrossfitCV
 
 __all__ = ["COMBINER_C", "C_GRID", "SELECTION_FOLDS", "auroc", "boosting_classifier",

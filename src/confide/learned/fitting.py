@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from confide.errors import InvalidInputError
+from confide.core.errors import InvalidInputError
+from confide.core.records import Record
 from confide.learned.estimators import (
     auroc,
     build_pipeline,
@@ -33,7 +34,6 @@ from confide.learned.model import (
     feature_matrix,
 )
 from confide.metrics.crossfit import crossfit_splits
-from confide.records import Record
 
 __all__ = ["Estimator", "apply_to_run", "fit", "fit_run", "run_digest"]
 
@@ -216,7 +216,7 @@ def run_digest(config: dict[str, Any] | None, backend: dict[str, Any] | None) ->
 def fit_run(path: str | Path, *, kind: Kind, grader: str | None = None, **options: Any
             ) -> Learned:
     """Fit on a stored run (hidden states loaded for probes); see :func:`fit`."""
-    from confide.store import RunStore
+    from confide.store.run_store import RunStore
 
     with RunStore.open(path) as store:
         config, backend = store.config or {}, store.get_meta("backend", {})
@@ -229,7 +229,7 @@ def fit_run(path: str | Path, *, kind: Kind, grader: str | None = None, **option
 
 def apply_to_run(path: str | Path, learned: Sequence[Learned]) -> list[Record]:
     """The run's records with each learned model's scores added (in memory; store untouched)."""
-    from confide.store import RunStore
+    from confide.store.run_store import RunStore
 
     with RunStore.open(path) as store:
         config, backend = store.config or {}, store.get_meta("backend", {})

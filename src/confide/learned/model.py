@@ -20,9 +20,9 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from confide.errors import CannotScore, ConfigMismatch, InvalidInputError
+from confide.core.errors import CannotScore, ConfigMismatch, InvalidInputError
+from confide.core.records import Record
 from confide.learned.estimators import predict_params
-from confide.records import Record
 from confide.scorers import ScoringContext, run_scorer, scorer_at
 from confide.scorers.fitted import FITTED_FINAL, FITTED_RUN, fitted_context
 
@@ -42,7 +42,7 @@ def token_features(record: Record) -> np.ndarray:
 
     NaN where the backend gave no such statistic or the answer is empty.
 
-    >>> from confide.records import Generation, Item
+    >>> from confide.core.records import Generation, Item
     >>> g = Generation("a b", token_ids=[1, 2], token_logprobs=np.array([-1.0, -3.0]))
     >>> token_features(Record(Item("x", "q"), g))[[0, 1, 5]].round(3).tolist()
     [-2.0, -3.0, 1.099]
@@ -114,7 +114,7 @@ class Learned:
     training: dict[str, Any]
     oof: dict[str, float] = field(default_factory=dict)
     report: dict[str, Any] = field(default_factory=dict)
-    kinds: ClassVar[tuple[str, ...]] = KINDS  # what load() accepts (confide.density adds its own)
+    kinds: ClassVar[tuple[str, ...]] = KINDS  # what load() accepts (density adds its own)
 
     # -- persistence ----------------------------------------------------------------
 
@@ -190,7 +190,7 @@ class Learned:
     def confidence(self, record: Record, ctx: ScoringContext) -> float:
         """One record's confidence: what the registered scorer of this kind returns.
 
-        Raises :class:`~confide.errors.CannotScore` with the reason (no hidden
+        Raises :class:`~confide.core.errors.CannotScore` with the reason (no hidden
         state, an item of the training set on another run, ...).
         """
         item = record.item.id

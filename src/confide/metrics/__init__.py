@@ -51,7 +51,7 @@ registry name                 kind         direction  function
 
 Undefined results (one class only, constant input) emit
 :class:`UndefinedMetricWarning` and return NaN. A NaN confidence raises
-:class:`~confide.errors.InvalidInputError` unless ``nan_policy="omit"``, which
+:class:`~confide.core.errors.InvalidInputError` unless ``nan_policy="omit"``, which
 drops the row and logs how many were dropped; NaN is never read as "confident".
 
 Ties in confidence: AUROC counts a tied pair as 1/2; PRR, AURC, E-AURC,
@@ -66,9 +66,9 @@ Also here: :func:`accuracy_at_fractions` and :func:`risk_coverage_curve`
 calibration metrics), :func:`bootstrap_interval` and :func:`paired_bootstrap`.
 
 Metrics take arrays, never records: this package imports nothing of confide
-but :mod:`confide.errors` and :mod:`confide.registry` (``tests/test_layers.py``
+but :mod:`confide.core.errors` and :mod:`confide.core.registry` (``tests/test_layers.py``
 checks it). The calibration error of the ``agreement`` scorer over records is
-:func:`confide.scorers.semantic.semantic_calibration_error`.
+:func:`confide.evaluation.semantic_calibration.semantic_calibration_error`.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from confide.errors import InvalidInputError
+from confide.core.errors import InvalidInputError
 from confide.metrics.core import (
     METRICS,
     FloatArray,

@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import xlogy
 
-from confide.errors import InvalidInputError
+from confide.core.errors import InvalidInputError
 from confide.metrics.core import (
     FloatArray,
     NanPolicy,

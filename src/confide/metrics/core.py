@@ -27,8 +27,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
-from confide.errors import InvalidInputError
-from confide.registry import Registry
+from confide.core.errors import InvalidInputError
+from confide.core.registry import Registry
 
 __all__ = ["METRICS", "FloatArray", "Kind", "MetricSpec", "NanPolicy", "UndefinedMetricWarning",
            "as_1d", "ceil_count", "check_confidence_correct", "check_count", "check_fraction",

@@ -41,7 +41,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from confide.errors import InvalidInputError
+from confide.core.errors import InvalidInputError
 from confide.metrics.core import (
     FloatArray,
     NanPolicy,
@@ -203,7 +203,7 @@ def check_calibration_data(confidence: ArrayLike, correct: ArrayLike, *, method:
 
     Refuses an unknown ``method``, infinite scores, fewer than two items, a
     single class (nothing to calibrate against) and, for Platt, non-binary
-    correctness (:class:`~confide.errors.InvalidInputError` naming the field).
+    correctness (:class:`~confide.core.errors.InvalidInputError` naming the field).
     """
     if method not in CALIBRATION_METHODS:
         raise InvalidInputError(f"must be one of {', '.join(CALIBRATION_METHODS)}, "

@@ -23,14 +23,14 @@ from typing import Any
 from jinja2 import Environment, PackageLoader
 from markupsafe import Markup
 
-from confide.errors import InvalidInputError
-from confide.evaluation import RunComparison, scorer_order
-from confide.formatting import fmt_interval
-from confide.outputs import writable_file, write_text
-from confide.records import Record
+from confide.core.errors import InvalidInputError
+from confide.core.formatting import fmt_interval
+from confide.core.paths import writable_file, write_text
+from confide.core.records import Record
+from confide.evaluation.table import RunComparison, scorer_order
 from confide.report.data import SUMMARY_METRICS, RunView, run_comparison, run_view
 from confide.report.svg import Series, colour, line_chart, reliability_chart
-from confide.store import RunStore
+from confide.store.run_store import RunStore
 
 __all__ = ["build_report", "render_report", "write_comparison", "write_report"]
 

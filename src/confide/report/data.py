@@ -1,9 +1,9 @@
 r"""What the report shows about stored records: the run's evaluation plus curve points and
 grouped samples, no HTML.
 
-Every number in the report comes from one :class:`~confide.evaluation.EvalTable`
-(:func:`confide.evaluation.evaluate_records`, the same call as ``confide eval``)
-and, for several runs, :func:`confide.evaluation.compare_records`; this module
+Every number in the report comes from one :class:`~confide.evaluation.table.EvalTable`
+(:func:`confide.evaluation.table.evaluate_records`, the same call as ``confide eval``)
+and, for several runs, :func:`confide.evaluation.table.compare_records`; this module
 adds only what is drawn rather than measured:
 
 - :func:`roc_points`: the ROC curve of a confidence as a detector of correct answers.
@@ -22,8 +22,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from confide.errors import ConfideError, InvalidInputError
-from confide.evaluation import (
+from confide.core.errors import ConfideError, InvalidInputError
+from confide.core.records import Generation, Record
+from confide.equivalence.summary import summarize
+from confide.evaluation.table import (
     DEFAULT_METRICS,
     EvalTable,
     RunComparison,
@@ -34,8 +36,6 @@ from confide.evaluation import (
 )
 from confide.grading import normalize_answer
 from confide.metrics import ReliabilityDiagram, risk_coverage_curve
-from confide.records import Generation, Record
-from confide.summary import summarize
 
 __all__ = ["RunView", "ScorerView", "risk_coverage_points", "roc_points", "run_comparison",
            "run_view", "sample_groups"]
@@ -156,7 +156,7 @@ def sample_groups(samples: Sequence[Generation], greedy_text: str | None = None,
                   judge: Any = None, item: Any = None) -> list[dict[str, Any]]:
     """Sampled answers grouped into clusters of equal meaning.
 
-    With ``judge`` (a :class:`confide.judges.Judge`), its clusters of the
+    With ``judge`` (a :class:`confide.equivalence.judges.Judge`), its clusters of the
     samples, the greedy answer placed among them (Kuhn et al., 2023);
     without, equal text after
     :func:`confide.grading.normalize_answer`. Groups are ordered by size
@@ -166,7 +166,7 @@ def sample_groups(samples: Sequence[Generation], greedy_text: str | None = None,
 
     Examples
     --------
-    >>> from confide.records import Generation
+    >>> from confide.core.records import Generation
     >>> groups = sample_groups([Generation("Paris."), Generation("paris"), Generation("Lyon")],
     ...                        "Paris")
     >>> [(g["text"], g["n"], g["greedy"]) for g in groups]
@@ -196,7 +196,7 @@ def _cluster_judge(config: dict[str, Any], grader: str) -> tuple[Any, str]:
     how the samples are grouped."""
     fallback = "normalised exact text (lower case, no punctuation or articles)"
     try:
-        from confide.judges import JUDGES, default_judge, make_judge
+        from confide.equivalence.judges import JUDGES, default_judge, make_judge
     except ImportError:  # a build of confide without judges
         return None, f"Samples are grouped by {fallback}."
     name = str(config.get("judge") or default_judge(grader))
@@ -351,8 +351,8 @@ def _explorer_item(position: int, record: Record, scorers: list[str],
 def _claim_colour(records: list[Record]) -> tuple[str, tuple[float, float]]:
     """The claim scorer that colours the claims (the first registered default one the
     records hold) and the range of its values mapped onto the colour scale."""
-    from confide.claims import DEFAULT_CLAIM_SCORERS
     from confide.scorers import SCORERS
+    from confide.scorers.claims import DEFAULT_CLAIM_SCORERS
 
     held = {s for r in records for c in (r.claims or []) for s in c.scores}
     name = next((s for s in DEFAULT_CLAIM_SCORERS if s in held), next(iter(sorted(held)), ""))
@@ -369,7 +369,7 @@ def run_view(records: list[Record], *, name: str, path: str = "",
              n_resamples: int = 1000, seed: int = 0, level: float = 0.95) -> RunView:
     """Every panel of the report for one run's records.
 
-    The numbers are :func:`confide.evaluation.evaluate_records` with the
+    The numbers are :func:`confide.evaluation.table.evaluate_records` with the
     arguments of ``confide eval`` (its default metrics, the run's seed), so the
     report and ``confide eval --json`` agree. ``scorers`` defaults to every
     scorer found in the records; the ``length`` baseline is always added.
@@ -425,7 +425,7 @@ def run_comparison(a: RunView, records_a: list[Record], b: RunView, records_b: l
                    *, n_resamples: int = 1000, level: float = 0.95, seed: int = 0
                    ) -> RunComparison:
     """Paired differences A − B of accuracy and each shared scorer's AUROC and PRR
-    (:func:`confide.evaluation.compare_records`)."""
+    (:func:`confide.evaluation.table.compare_records`)."""
     shared = [s.name for s in a.scorers if s.name in {t.name for t in b.scorers}]
     return compare_records(records_a, records_b, grader_a=a.grader, grader_b=b.grader,
                            scorers=shared, names=(a.name, b.name), metrics=("auroc", "prr"),

@@ -8,13 +8,14 @@ that need a model fitted on a graded run.
 """
 
 from confide.scorers import (  # noqa: F401  (importing a family registers its scorers)
+    asking,
     claims,
     consistency,
     fitted,
     forward,
     information,
-    judged,
     reflexive,
+    relevance,
     sampling,
     semantic,
     whitebox,
@@ -39,5 +40,6 @@ __all__ = ["FAMILIES", "LEVELS", "SCORERS", "Cost", "Level", "Need", "ScorerSpec
 # Scorer families (their modules) in listing order: one generation's token statistics,
 # then one more pass over that answer, then sampled answers, then extra questions to a
 # model, then models fitted on a graded run; last the claim-level scorers.
-FAMILIES = ("whitebox", "information", "forward", "sampling", "semantic", "consistency",
-            "reflexive", "judged", "fitted", "claims")
+FAMILIES = ("whitebox", "information", "forward", "sampling", "semantic", "relevance",
+            "consistency",
+            "reflexive", "asking", "fitted", "claims")

@@ -1,9 +1,9 @@
 r"""Scorer registry: a scorer is a plain function plus one decorator.
 
-A scorer maps a :class:`~confide.records.Record` (and, when it asks for one, a
+A scorer maps a :class:`~confide.core.records.Record` (and, when it asks for one, a
 :class:`ScoringContext` with shared cached features and the backend) to a
 *confidence*: a float where **higher means more likely correct**. A scorer that
-cannot answer raises :class:`~confide.errors.CannotScore` with the reason; the
+cannot answer raises :class:`~confide.core.errors.CannotScore` with the reason; the
 runner stores NaN and keeps the reason. NaN is never read as "confident".
 
 Every scorer sits in the one registry :data:`SCORERS`, as a :class:`ScorerSpec`
@@ -16,7 +16,7 @@ whose ``level`` says what it puts a confidence on:
 ``"claim"``
     ``fn(record, claims, ctx)`` returns one entry per claim of a long answer
     (:mod:`confide.scorers.claims`): a number, or a
-    :class:`~confide.errors.CannotScore` naming why that claim has none.
+    :class:`~confide.core.errors.CannotScore` naming why that claim has none.
 
 Places that want one level look names up with :func:`scorer_at`, which names
 the level when a scorer of the other one is given.
@@ -24,7 +24,7 @@ the level when a scorer of the other one is given.
 :func:`run_scorer`, the one way the package applies a scorer, enforces two
 rules for every scorer, registered now or later:
 
-* an empty greedy answer (:attr:`Generation.empty <confide.records.Generation.empty>`)
+* an empty greedy answer (:attr:`Generation.empty <confide.core.records.Generation.empty>`)
   is no answer, so there is nothing to put a confidence on: every scorer
   gives NaN with a reason (a claim-level scorer, for every claim); a claim
   whose text is empty is no claim, and gets NaN with a reason, the scorer
@@ -43,10 +43,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Literal, TypeVar, overload
 
-from confide.errors import CannotScore, UnknownNameError
-from confide.records import Claim, Record
-from confide.registry import Registry
-from confide.scoring_context import ScoringContext
+from confide.core.errors import CannotScore, UnknownNameError
+from confide.core.records import Claim, Record
+from confide.core.registry import Registry
+from confide.scorers.context import ScoringContext
 
 __all__ = ["EMPTY_ANSWER", "EMPTY_CLAIM", "LEVELS", "SCORERS", "Cost", "Level", "Need",
            "ScorerSpec", "ScoringContext", "run_scorer", "scorer", "scorer_at", "scorers_at"]
@@ -156,7 +156,7 @@ def scorers_at(level: Level) -> list[ScorerSpec]:
 def scorer_at(name: str, level: Level = "answer") -> ScorerSpec:
     """The registered scorer ``name``, which must be of ``level``.
 
-    Raises :class:`~confide.errors.UnknownNameError` for a name not registered
+    Raises :class:`~confide.core.errors.UnknownNameError` for a name not registered
     at that level: close names of the level are suggested, all of them listed,
     and a scorer of the other level is named as such.
 
@@ -205,7 +205,7 @@ def run_scorer(spec: ScorerSpec, record: Record, ctx: ScoringContext | None = No
     An answer-level scorer gives one pair; a claim-level scorer is given the
     record's ``claims`` and gives one pair per claim, in order. An empty greedy
     answer, an empty claim and a non-finite value give ``(nan, reason)``; so
-    does a :class:`~confide.errors.CannotScore`, for the record (every claim)
+    does a :class:`~confide.core.errors.CannotScore`, for the record (every claim)
     or for one claim.
 
     Raises ``TypeError`` when ``claims`` are given to an answer-level scorer

@@ -4,16 +4,16 @@ Each is a plain function ``fn(record, claims, ctx)`` registered in the one
 :data:`~confide.scorers.SCORERS` with ``level="claim"``
 (:func:`~confide.scorers.base.scorer`), and applied through the one
 :func:`~confide.scorers.base.run_scorer` (``claims=``): it returns one entry
-per claim, a number or a :class:`~confide.errors.CannotScore` naming why that
+per claim, a number or a :class:`~confide.core.errors.CannotScore` naming why that
 claim has none, and is stored as NaN with the reason for such a claim and for
 a value that is not a finite number; a scorer that cannot score the record at
-all raises :class:`~confide.errors.CannotScore` and every claim gets NaN with
+all raises :class:`~confide.core.errors.CannotScore` and every claim gets NaN with
 that reason. An empty answer has no claims, and a claim with empty text gets
 NaN with the reason without reaching the scorer. The claim stage of a run is
-:mod:`confide.claims.run`.
+:mod:`confide.runs.claims`.
 
 Notation: a claim :math:`C` covers the answer tokens :math:`t \in C`
-(:func:`~confide.claims.split.split_claims`); :math:`p_t` is the model's
+(:func:`~confide.scorers.claim_split.split_claims`); :math:`p_t` is the model's
 next-token distribution at step :math:`t` and :math:`y_t` the chosen token.
 
 =========================  ======================================================
@@ -37,10 +37,10 @@ import numpy as np
 
 from confide.backends.base import HasChatTemplate
 from confide.backends.binary import two_way_probabilities
-from confide.claims.split import sentence_spans, token_spans
-from confide.errors import CannotScore
-from confide.records import Claim, Record
+from confide.core.errors import CannotScore
+from confide.core.records import Claim, Record
 from confide.scorers.base import Cost, Need, ScoringContext, scorer, scorer_at
+from confide.scorers.claim_split import sentence_spans, token_spans
 from confide.scorers.reflexive import P_TRUE_TOP_K, P_TRUE_VARIANTS, question_text
 
 __all__ = ["DEFAULT_CLAIM_SCORERS", "aggregate_claims", "claim_p_true_prompt"]
@@ -145,7 +145,7 @@ def claim_ccp(record: Record, claims: list[Claim], ctx: ScoringContext) -> list[
     top alternatives :math:`y_t^{(k)}`, let :math:`x_t^{(k)}` be the claim's
     text up to :math:`t` with :math:`y_t` replaced by :math:`y_t^{(k)}`, and
     :math:`E_t` the alternatives whose :math:`x_t^{(k)}` the run's
-    equivalence judge (:mod:`confide.judges`) finds equivalent to the
+    equivalence judge (:mod:`confide.equivalence.judges`) finds equivalent to the
     original :math:`x_t`. Then
 
     .. math::
@@ -218,9 +218,9 @@ def claim_support(record: Record, claims: list[Claim], ctx: ScoringContext) -> l
     .. math:: c(C) = \frac{1}{S}\sum_{s=1}^{S} \max_{u \in s} W(C, u)
 
     over the :math:`S` sampled answers, where :math:`u` runs over the
-    sentences of sample :math:`s` (:func:`~confide.claims.split.sentence_spans`)
+    sentences of sample :math:`s` (:func:`~confide.scorers.claim_split.sentence_spans`)
     and :math:`W \in [0, 1]` is the run's equivalence judge's affinity
-    (:mod:`confide.judges`: 0/1 for key judges, cosine for ``embedding``,
+    (:mod:`confide.equivalence.judges`: 0/1 for key judges, cosine for ``embedding``,
     mean entailment probability for ``nli`` and ``llm``). An empty sample
     supports nothing. LUQ scores with one-way entailment P(sample ⊨ claim) by
     an NLI model; the judge here is symmetric (the sample's sentence and the

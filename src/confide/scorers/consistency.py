@@ -4,7 +4,7 @@ Notation as in :mod:`confide.scorers.semantic`: the greedy answer
 :math:`y^*` and :math:`k` samples :math:`s_1..s_k`; :math:`W` is the run
 judge's affinity between answers (index 0 = greedy), :math:`e(\cdot)` the unit
 all-MiniLM-L6-v2 sentence embedding (both shared features from
-:mod:`confide.features`); :math:`\ell(s) = \sum_t \log p_t(s_t)` is a
+:mod:`confide.scorers.features`); :math:`\ell(s) = \sum_t \log p_t(s_t)` is a
 sequence's log-likelihood and :math:`T_s` its length in tokens. Scores are
 confidences: uncertainty measures are negated.
 """
@@ -15,8 +15,10 @@ import math
 
 import numpy as np
 
-from confide.errors import CannotScore
-from confide.features import (
+from confide.core.errors import CannotScore
+from confide.core.records import Generation, Record
+from confide.scorers.base import Cost, Need, ScoringContext, scorer
+from confide.scorers.features import (
     affinity,
     answers,
     clusters,
@@ -24,9 +26,7 @@ from confide.features import (
     require_samples,
     sample_logprobs,
 )
-from confide.records import Generation, Record
-from confide.scorers.base import Cost, Need, ScoringContext, scorer
-from confide.scorers.semantic import SAR_TEMPERATURE
+from confide.scorers.relevance import SAR_TEMPERATURE
 
 __all__ = ["EIGENSCORE_ALPHA", "bertscore_f1", "cocoa_confidence", "eigenscore_key"]
 
@@ -62,8 +62,8 @@ def cocoa_confidence(record: Record, ctx: ScoringContext, uncertainty: float) ->
     the greedy answer and each sample. One implementation for every CoCoA
     variant (``cocoa``, ``cocoa_ppl``, ``cocoa_mte``).
 
-    >>> from confide.records import Item
-    >>> from confide.judges import ExactJudge
+    >>> from confide.core.records import Item
+    >>> from confide.equivalence.judges import ExactJudge
     >>> r = Record(Item("x", "q"), Generation("a"), samples=[Generation("a"), Generation("b")])
     >>> cocoa_confidence(r, ScoringContext(judge=ExactJudge()), 2.0)
     -1.0
@@ -149,7 +149,7 @@ def semantic_density(record: Record, ctx: ScoringContext) -> float:
 
     :math:`U` are the distinct sample texts and :math:`K(y^*, s) = W_{y^*,s}`
     the judge's affinity. In [0, 1]. A record whose samples all have
-    likelihood 0 (empty samples, see :func:`~confide.features.sample_logprobs`)
+    likelihood 0 (empty samples, see :func:`~confide.scorers.features.sample_logprobs`)
     is refused: the greedy answer alone would read as certain.
 
     LM-Polygraph's ``SemanticDensity`` uses the kernel :math:`1 -

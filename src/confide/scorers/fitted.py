@@ -1,7 +1,7 @@
 r"""Fitted kinds: answer-level scorers whose model is fitted on a graded run first.
 
 ``confide fit RUN --kind KIND`` fits one (:func:`confide.learned.fit`,
-:func:`confide.density.fit`) and writes it as JSON; ``confide eval RUN --with
+:func:`confide.learned.density.fit`) and writes it as JSON; ``confide eval RUN --with
 FILE`` applies it. Each kind is registered here like every other scorer, with
 :attr:`~confide.scorers.base.Need.TRAINING` among its needs, so it is listed
 with them and every score it gives goes through
@@ -9,20 +9,21 @@ with them and every score it gives goes through
 reason, a non-finite value NaN. The function takes the fitted model from the
 context (:func:`fitted_context`); the model's ``confidence(record, ctx)``
 gives the value (its out-of-fold score on its own training run). A run plan
-skips these kinds (nothing is fitted while generating; :func:`confide.pipeline.plan_scorers`).
+skips these kinds (nothing is fitted while generating;
+:func:`confide.pipeline.answering.plan_scorers`).
 
 The formulas and papers are in :func:`confide.learned.fit` and
-:func:`confide.density.fit`; each scorer's docstring gives its own.
+:func:`confide.learned.density.fit`; each scorer's docstring gives its own.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from confide.errors import CannotScore
-from confide.records import Record
+from confide.core.errors import CannotScore
+from confide.core.records import Record
 from confide.scorers.base import Need, scorer
-from confide.scoring_context import ScoringContext
+from confide.scorers.context import ScoringContext
 
 __all__ = ["FITTED_FINAL", "FITTED_MODEL", "FITTED_RUN", "FittedModel", "fitted_context"]
 
@@ -40,7 +41,7 @@ class FittedModel(Protocol):
     name: str
 
     def confidence(self, record: Record, ctx: ScoringContext) -> float:
-        """One record's confidence; raises :class:`~confide.errors.CannotScore`."""
+        """One record's confidence; raises :class:`~confide.core.errors.CannotScore`."""
 
 
 def fitted_context(model: FittedModel, *, run: str | None = None,
@@ -119,7 +120,7 @@ def mahalanobis(record: Record, ctx: ScoringContext) -> float:
 
     .. math:: c(x) = -\sqrt{(h(x) - \mu)^\top \Sigma^{-1} (h(x) - \mu)}
 
-    (:class:`confide.density.Gaussian`).
+    (:class:`confide.learned.density.Gaussian`).
 
     References: [1] Lee et al., 2018, "A Simple Unified Framework for Detecting
     Out-of-Distribution Samples and Adversarial Attacks", NeurIPS.

@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from confide.backends.base import HasAttentions, HasChatTemplate, Prompt, ScoresUnconditioned
-from confide.errors import CannotScore
-from confide.records import Record
+from confide.core.errors import CannotScore
+from confide.core.records import Record
 from confide.scorers.base import Cost, Need, ScoringContext, scorer
 from confide.scorers.whitebox import token_statistic
 

@@ -21,10 +21,10 @@ import string
 
 import numpy as np
 
-from confide.errors import CannotScore
-from confide.features import judge_of
-from confide.records import Generation, Record
+from confide.core.errors import CannotScore
+from confide.core.records import Generation, Record
 from confide.scorers.base import Cost, Need, ScoringContext, scorer
+from confide.scorers.features import judge_of
 
 __all__ = ["BOOSTEDPROB_EPSILON", "BOOSTEDPROB_JUMP", "boosted_token_probability",
            "dominant_cut", "token_alternatives"]
@@ -225,7 +225,7 @@ def ccp(record: Record, ctx: ScoringContext) -> float:
     rephrase the chosen token do not lower confidence; those that change the
     answer do. In [0, 1].
 
-    >>> from confide.records import Item
+    >>> from confide.core.records import Item
     >>> gen = Generation("Paris.", token_ids=[1, 2], tokens=["Paris", "."],
     ...                  token_logprobs=np.log([0.9, 0.5]),
     ...                  top_logprobs=np.log([[0.9, 0.05], [0.5, 0.4]]),

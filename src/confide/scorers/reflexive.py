@@ -11,7 +11,7 @@ Verbalized confidence is read by :func:`parse_confidence`, which accepts
 numbers on 0–100, percentages, decimals in [0, 1], fractions ("8/10",
 "7 out of 10"), ranges ("70-80%", read as their midpoint) and linguistic
 expressions ("very likely", "not sure", "Confidence: high"). A reply it cannot
-read raises :class:`~confide.errors.CannotScore` with one of a few fixed
+read raises :class:`~confide.core.errors.CannotScore` with one of a few fixed
 reasons, so the evaluation table counts them; it is never read as confident.
 """
 
@@ -23,10 +23,10 @@ from typing import Any
 
 from confide.backends.base import GenerationSpec, Prompt, item_seed
 from confide.backends.binary import two_way_probability
-from confide.errors import CannotScore
-from confide.features import judge_of
-from confide.records import Item, Record
+from confide.core.errors import CannotScore
+from confide.core.records import Item, Record
 from confide.scorers.base import Cost, Need, ScoringContext, scorer
+from confide.scorers.features import judge_of
 
 __all__ = ["LINGUISTIC_CONFIDENCE", "P_TRUE_VARIANTS", "R_EMPTY", "R_NONE", "R_NO_ANSWER",
            "R_OTHER_ANSWER", "R_RANGE", "R_SEVERAL", "VERBALIZED_1S_MAX_NEW_TOKENS",

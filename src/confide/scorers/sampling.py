@@ -6,7 +6,7 @@ with the run), each with its token log-probabilities; :math:`T_i` is the
 number of tokens of :math:`s_i`. Scores are confidences: higher = more likely
 correct.
 
-An empty sample is no answer (:mod:`confide.features`): its likelihood is 0,
+An empty sample is no answer (:mod:`confide.scorers.features`): its likelihood is 0,
 so the Monte-Carlo entropies refuse a record holding one (their estimate
 would be :math:`-\infty`), and it shares no words with any answer.
 """
@@ -17,10 +17,10 @@ import itertools
 
 import numpy as np
 
-from confide.errors import CannotScore
-from confide.features import require_samples, sample_logprobs
-from confide.records import Record
+from confide.core.errors import CannotScore
+from confide.core.records import Record
 from confide.scorers.base import Cost, Need, scorer
+from confide.scorers.features import require_samples, sample_logprobs
 from confide.text import rouge_l_f1, rouge_tokens
 
 DEFAULT_SAMPLES = 10

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from confide.errors import CannotScore
-from confide.records import Generation, Record
+from confide.core.errors import CannotScore
+from confide.core.records import Generation, Record
 from confide.scorers.base import Need, scorer
 
 __all__ = ["token_statistic"]
@@ -236,7 +236,7 @@ def option_probability(record: Record) -> float:
     multiple-choice questions); [2] Gao et al., 2021/2024, lm-evaluation-harness
     (``loglikelihood`` requests, ``acc`` by the argmax option).
 
-    >>> from confide.records import Generation, Item, Record
+    >>> from confide.core.records import Generation, Item, Record
     >>> item = Item("q", "2+2?", metadata={"choices": ["4", "5", "6"],
     ...                                    "choice_loglikelihoods": [-1.0, -2.0, -3.0]})
     >>> round(option_probability(Record(item, Generation(text="4"))), 6)

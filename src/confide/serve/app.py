@@ -24,8 +24,8 @@ from the messages, so the same question gets the same confidences. With
 ``n > 1`` every choice is scored by the same scorers (a sample as the answer,
 the other samples as its company) and gets its own calibrated probability and
 decision in ``confide.choices``; the top-level figures stay choice 0's.
-``confide.summary`` describes the sampled answers' clusters
-(:func:`confide.summary.summarize`) when there are at least two samples
+``confide.equivalence.summary`` describes the sampled answers' clusters
+(:func:`confide.equivalence.summary.summarize`) when there are at least two samples
 (``n > 2``, a sampling scorer, or the server's ``summary_samples``).
 
 ``/v1/completions`` takes one text prompt, which a local model continues as
@@ -37,7 +37,7 @@ is (no chat template) and an ``openai`` upstream receives as a user message;
 log-probability, entropy and running confidence, and the last chunk the same
 ``confide`` object as a reply that is not streamed. A client that goes away
 stops the generation at the next token. An early-abstention policy
-(:class:`confide.streaming.EarlyAbstention`; server default, or per request as
+(:class:`confide.pipeline.streaming.EarlyAbstention`; server default, or per request as
 ``"confide": {"early_abstain_below": 0.3, "early_abstain_after": 4}``) stops the
 answer once its running confidence falls below the threshold: the reply (or the
 stream's last chunk) then carries the abstention message, ``decision:
@@ -78,16 +78,16 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from confide.backends.base import Backend
-from confide.errors import InvalidInputError
-from confide.options import check_option
-from confide.pipeline import DEFAULT_SCORERS, Pipeline
+from confide.core.errors import InvalidInputError
+from confide.core.options import check_option
+from confide.pipeline.answering import DEFAULT_SCORERS, Pipeline
+from confide.pipeline.streaming import EarlyAbstention
 from confide.scorers import scorer_at
 from confide.serve.decisions import Calibrator, Policy
 from confide.serve.guards import BodyLimit, RequestError, check_limits, check_size
 from confide.serve.models import ChatCompletionRequest, CompletionRequest, Limits, error_body
 from confide.serve.replies import Replies
 from confide.serve.upstream import Upstream
-from confide.streaming import EarlyAbstention
 
 if TYPE_CHECKING:  # claims_payload calls predict on arrays: the fitted class, not the Protocol
     from confide.decisions.calibration import Calibrator as ClaimCalibrator
@@ -125,12 +125,12 @@ def create_app(backend: Backend, *, model_name: str | None = None,
         concurrent requests; more: throughput, with confidences that depend on neighbours).
     early_abstention : stop answers whose running confidence falls below a threshold
         (requests may set their own).
-    summary_samples : samples drawn for every request so that ``confide.summary``
+    summary_samples : samples drawn for every request so that ``confide.equivalence.summary``
         describes the answer distribution (0: only when samples are drawn anyway).
-    claims, claims_calibrator : a :class:`~confide.claims.ClaimConfig` to add
-        ``confide.claims`` (each claim of the answer with its confidences;
-        :func:`~confide.claims.claims_payload`), and a calibrator of claim confidences
-        (:func:`~confide.claims.fit_claim_calibrator`).
+    claims, claims_calibrator : a :class:`~confide.runs.claims.ClaimConfig` to add
+        ``claims`` (each claim of the answer with its confidences;
+        :func:`~confide.decisions.refining.claims_payload`), and a calibrator of claim confidences
+        (:func:`~confide.decisions.refining.fit_claim_calibrator`).
     log_run : a run directory where every reply is stored as a record
         (:mod:`confide.serve.traffic`); a directory holding another setup's run is
         refused here.

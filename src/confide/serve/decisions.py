@@ -20,7 +20,7 @@ import math
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from confide.errors import InvalidInputError
+from confide.core.errors import InvalidInputError
 
 __all__ = ["Calibrator", "Policy", "decide", "load_calibrator", "load_policy"]
 

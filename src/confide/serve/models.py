@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from confide.options import RANGES, check_option, check_stop
+from confide.core.options import RANGES, check_option, check_stop
 
 __all__ = ["ChatCompletionRequest", "ChatMessage", "CompletionRequest", "ConfideOptions",
            "Limits", "StreamOptions", "TextPart"]
@@ -26,7 +26,7 @@ class Limits:
 
     ``max_n`` and ``max_tokens`` are the limits a request is held to, and the ones its
     error quotes ("n: at most 8 choices per request"); they lie within confide's
-    general ranges (``confide.options.RANGES``: ``n``, ``max_new_tokens``), which
+    general ranges (``confide.core.options.RANGES``: ``n``, ``max_new_tokens``), which
     the request models check only from below, so a request over the server's
     limit is never told the general one.
     """
@@ -111,7 +111,7 @@ class GenerationRequest(BaseModel):
     stream_options: StreamOptions | None = None
     confide: ConfideOptions | None = None
 
-    # The ranges are confide's, shared with the CLI and the API (confide.options);
+    # The ranges are confide's, shared with the CLI and the API (confide.core.options);
     # an InvalidInputError is a ValueError, which pydantic turns into a 400.
     @field_validator("max_tokens")
     @classmethod

@@ -24,18 +24,18 @@ from confide.backends.base import (
     Tokenizes,
     item_seed,
 )
-from confide.errors import BackendError, BackendTimeout
-from confide.judges import ExactJudge
-from confide.pipeline import Pipeline
-from confide.plan import generation_spec
-from confide.records import Generation, Item, Record
+from confide.core.errors import BackendError, BackendTimeout
+from confide.core.records import Generation, Item, Record
+from confide.equivalence.judges import ExactJudge
+from confide.equivalence.summary import summarize
+from confide.pipeline.answering import Pipeline
+from confide.pipeline.plan import generation_spec
+from confide.pipeline.streaming import AnswerStream, EarlyAbstention
 from confide.serve.decisions import Calibrator, Policy, decide
 from confide.serve.guards import RequestError
 from confide.serve.models import GenerationRequest, Limits
 from confide.serve.sse import StreamReply, chat_logprobs, event_stream, text_logprobs
 from confide.serve.upstream import Upstream
-from confide.streaming import AnswerStream, EarlyAbstention
-from confide.summary import summarize
 
 if TYPE_CHECKING:  # claims_payload calls predict on arrays: the fitted class, not the Protocol
     from confide.decisions.calibration import Calibrator as ClaimCalibrator
@@ -118,7 +118,7 @@ class Replies:
             info.update(decision="abstain", decided_on="early_abstention",
                         decision_reason=abstained)
         if self.claims is not None:  # long answers: the claim list with its confidences
-            from confide.claims import claims_payload
+            from confide.decisions.refining import claims_payload
 
             info["claims"] = await loop.run_in_executor(None, functools.partial(
                 claims_payload, records[0], self.claims, backend=self.backend,

@@ -5,10 +5,10 @@ A streamed chat reply is a sequence of ``data: {json}`` events, ended by
 
 1. one chunk per choice with ``delta.role = "assistant"`` (chat only);
 2. one chunk per generated token, ``choices[0]`` holding the text that is safe
-   to send (:func:`confide.streaming.safe_text`) and, when asked for, its
+   to send (:func:`confide.pipeline.streaming.safe_text`) and, when asked for, its
    log-probabilities in the API's shape; the chunk's ``confide`` object holds the
    token's ``logprob``, ``entropy`` and ``running_confidence``
-   (:func:`confide.streaming.running_confidence`);
+   (:func:`confide.pipeline.streaming.running_confidence`);
 3. a last chunk with every choice's ``finish_reason``, the rest of each answer,
    and ``confide``: the same object a reply that is not streamed carries (scores,
    calibrated probability, decision, summary, per-choice figures). With early
@@ -18,7 +18,7 @@ A streamed chat reply is a sequence of ``data: {json}`` events, ended by
 
 Early abstention and what a client has seen: a token of choice 0 is sent only
 once the running confidence has been checked with it
-(:class:`confide.streaming.AnswerStream`): the first ``after - 1`` tokens wait
+(:class:`confide.pipeline.streaming.AnswerStream`): the first ``after - 1`` tokens wait
 for token ``after`` and go out together with it when it passes, every later
 token goes out after its own check, and the token on which the policy fires is
 never sent. So when the policy fires at token ``after``, nothing of the answer
@@ -29,7 +29,7 @@ check), followed by ``"\n\n"`` and the message. The last chunk's
 was sent), so a client can withdraw it. An answer shorter than ``after`` tokens
 is sent whole when it ends. Waiting for the check delays token ``t < after`` by
 ``after - t`` token times (the first by ``after - 1``) and no later token (figures
-in :mod:`confide.streaming`); the wait never trips the timeout for the next
+in :mod:`confide.pipeline.streaming`); the wait never trips the timeout for the next
 token, since the whole answer is held to the same timeout.
 
 A failure after the reply has begun (the upstream cut the stream, sent a
@@ -49,10 +49,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from confide.errors import BackendTimeout
-from confide.records import Generation
+from confide.core.errors import BackendTimeout
+from confide.core.records import Generation
+from confide.pipeline.streaming import AnswerStream, TokenUpdate
 from confide.serve.models import GenerationRequest, error_body
-from confide.streaming import AnswerStream, TokenUpdate
 
 __all__ = ["StreamReply", "chat_logprobs", "event_stream", "text_logprobs"]
 

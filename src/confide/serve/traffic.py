@@ -39,7 +39,7 @@ model name, the backend, the scorers, the seed and the summary samples; the meta
 backend cannot feed. Records are appended at positions continuing from those stored,
 so a restarted server on the same ``DIR`` appends to the same run; a restart with
 another model or other scorers is refused at startup
-(:class:`~confide.errors.ConfigMismatch`, naming what differs).
+(:class:`~confide.core.errors.ConfigMismatch`, naming what differs).
 
 Logging never fails a request
 -----------------------------
@@ -69,8 +69,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from confide.errors import ConfigMismatch, StoreDamaged, StoreError
-from confide.records import Item, Record
+from confide.core.errors import ConfigMismatch, StoreDamaged, StoreError
+from confide.core.records import Item, Record
 
 __all__ = ["TrafficLog", "traffic_identity"]
 
@@ -93,7 +93,7 @@ def traffic_identity(*, model: str, backend: str, scorers: tuple[str, ...] | lis
     >>> traffic_identity(model="m", backend="openai", scorers=["msp"])["task"]
     'serve'
     """
-    from confide.plan import QUESTIONS_GRADER
+    from confide.pipeline.plan import QUESTIONS_GRADER
 
     return {"source": "serve", "task": "serve", "model": model, "backend": backend,
             "scorers": list(scorers), "grader": QUESTIONS_GRADER, "seed": seed,
@@ -134,14 +134,14 @@ class TrafficLog:
              **options: Any) -> TrafficLog:
         """Check ``path`` against the served setup now, before the server starts.
 
-        Raises :class:`~confide.errors.ConfigMismatch` when ``path`` holds another run
-        (another model, other scorers) and :class:`~confide.errors.StoreDamaged` when
+        Raises :class:`~confide.core.errors.ConfigMismatch` when ``path`` holds another run
+        (another model, other scorers) and :class:`~confide.core.errors.StoreDamaged` when
         its database is damaged. Any other failure to open it (an unwritable
         directory, a locked store) is logged and counted: the server starts, and each
         write tries again.
         """
-        from confide.runner import check_backend
-        from confide.store import RunStore
+        from confide.runs.execution import check_backend
+        from confide.store.run_store import RunStore
 
         traffic = cls(Path(path), identity, backend, **options)
         try:
@@ -233,8 +233,8 @@ class TrafficLog:
                     self._behind = False
 
     def _open_store(self) -> None:
-        from confide.runner import check_backend
-        from confide.store import RunStore
+        from confide.runs.execution import check_backend
+        from confide.store.run_store import RunStore
 
         store = RunStore.open(self.path, self.identity, timeout=self.busy_timeout)
         try:

@@ -5,7 +5,7 @@ requests run concurrently. A local backend (``hf``) runs on one worker thread;
 requests that arrive while it is busy and ask for the same generation settings
 are generated together as one batch, which is where concurrent clients gain
 throughput. Every call has a deadline: past it the caller gets
-:class:`~confide.errors.BackendTimeout` (the server answers 504), never a hang.
+:class:`~confide.core.errors.BackendTimeout` (the server answers 504), never a hang.
 
 A call with ``on_token`` (a streamed reply, or early abstention) is generated
 alone, never batched with others: its callback may end rows early, and a
@@ -29,7 +29,7 @@ from confide.backends.base import (
     Streams,
     TokenCallback,
 )
-from confide.errors import BackendError, BackendTimeout
+from confide.core.errors import BackendError, BackendTimeout
 
 __all__ = ["Upstream"]
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confide.errors import InvalidInputError
-from confide.records import Item, Message
-from confide.registry import Registry
+from confide.core.errors import InvalidInputError
+from confide.core.records import Item, Message
+from confide.core.registry import Registry
 from confide.tasks.prompts import FORMATS, render_template
 
 __all__ = ["DATA_DIR", "TASKS", "BadRecords", "Task", "TaskSpec", "check_fewshot", "file_sha256",

@@ -14,8 +14,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from confide.errors import InvalidInputError
-from confide.records import Item
+from confide.core.errors import InvalidInputError
+from confide.core.records import Item
 from confide.tasks.base import DATA_DIR, LETTERS, BadRecords, Task, file_sha256, pop_options, task
 from confide.tasks.prompts import FORMATS, SHORT_ANSWER
 from confide.tasks.readers import iter_csv, iter_jsonl

@@ -4,7 +4,7 @@ Every reader yields ``(line, record)`` with a 1-based line (JSONL: physical
 line; a ``.json`` file holding one array: the element number; CSV: the line
 where the record starts, the header being line 1;
 Parquet and ``datasets``: the row number, 1-based). A record that cannot be
-used raises :class:`~confide.errors.InvalidInputError` whose message starts
+used raises :class:`~confide.core.errors.InvalidInputError` whose message starts
 with ``file:line: field:``, or — with ``on_bad_record="skip"`` — is skipped and
 counted in :attr:`Task.skipped`.
 
@@ -26,7 +26,7 @@ Field mapping for the user's own data (all keyword options of ``load_task``):
 ``claims`` (optional field, long answers)
     Per-claim labels: a list of ``{"claim": text, "label": true/false/1/0}``
     objects; checked by :func:`claim_labels`, kept in ``metadata["claims"]``
-    (the ``labels`` claim grader of :mod:`confide.claims.grading` reads them).
+    (the ``labels`` claim grader of :mod:`confide.grading.claims` reads them).
 ``grader`` / ``format`` / ``max_new_tokens``
     Defaults ``"contains"`` (``"choice"`` with choices) / ``"open_qa"`` / 32.
 
@@ -69,8 +69,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from confide.errors import InvalidInputError
-from confide.records import Item
+from confide.core.errors import InvalidInputError
+from confide.core.records import Item
 from confide.tasks.base import LETTERS, BadRecords, Task, file_sha256, pop_options
 from confide.tasks.readers import iter_csv, iter_json_array, iter_jsonl, iter_parquet
 

@@ -138,7 +138,7 @@ def resolve_templates(fmt: str, override: str | dict[str, Any] | None,
 
     Raises ``InvalidInputError`` for an unknown key or a template Jinja2 cannot parse.
     """
-    from confide.errors import InvalidInputError
+    from confide.core.errors import InvalidInputError
 
     templates = dict(FORMATS[fmt])
     if base is not None:
@@ -170,7 +170,7 @@ def resolve_templates(fmt: str, override: str | dict[str, Any] | None,
 
 def render_template(text: str, variables: dict[str, Any]) -> str:
     """Render one Jinja2 template; an unknown variable raises ``InvalidInputError``."""
-    from confide.errors import InvalidInputError
+    from confide.core.errors import InvalidInputError
 
     try:
         return _compile(text).render(**variables)

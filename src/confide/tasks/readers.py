@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from confide.errors import InvalidInputError
+from confide.core.errors import InvalidInputError
 from confide.tasks.base import BadRecords
 
 __all__ = ["iter_csv", "iter_json_array", "iter_jsonl", "iter_parquet"]

@@ -1,7 +1,7 @@
 """Reading answer text: normalisation, word overlap, final numbers, function calls, embeddings.
 
 The graders (:mod:`confide.grading`) and the equivalence judges
-(:mod:`confide.judges`) both read answers; what they share lives here, below
+(:mod:`confide.equivalence.judges`) both read answers; what they share lives here, below
 both, so "the same answer" means one thing everywhere.
 """
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from confide.errors import InvalidInputError
+from confide.core.errors import InvalidInputError
 
 __all__ = ["embed_texts", "embed_tokens"]
 

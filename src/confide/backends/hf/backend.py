@@ -29,7 +29,7 @@ from confide.backends.hf.decoding import DecodingLoop
 from confide.backends.hf.passes import ExtraPasses
 from confide.backends.hf.tuning import DTYPES, MeasuredSettings, choose_dtype
 from confide.backends.models import DEFAULT_MODEL, resolve_model
-from confide.errors import InvalidInputError, ModelLoadError
+from confide.core.errors import InvalidInputError, ModelLoadError
 
 __all__ = ["HFBackend"]
 
@@ -59,7 +59,7 @@ class HFBackend(MeasuredSettings, ExtraPasses, DecodingLoop, Backend, Streams, T
                               "token_renyi_uniform", "token_fisher_rao_uniform",
                               "top_logprobs", "samples", "hidden_states", "extra_prompt",
                               "unconditioned_logprobs", "attentions"})
-    streaming = True  # generate(..., on_token=) reports each token (confide.streaming)
+    streaming = True  # generate(..., on_token=) reports each token (confide.pipeline.streaming)
 
     def __init__(self, model: str = DEFAULT_MODEL, *, device: str | None = None,
                  batch_size: int = 8, max_rows: int | None = None,

@@ -29,7 +29,7 @@ from confide.backends.base import (
 )
 from confide.backends.hf.cache import cache_from, gather_columns, key_values, select_rows
 from confide.backends.hf.steps import choose_tokens, step_statistics
-from confide.records import Generation
+from confide.core.records import Generation
 
 __all__ = ["MIN_SHARED_PREFIX", "DecodingLoop", "common_prefix"]
 
@@ -173,7 +173,7 @@ class DecodingLoop:
                      for j in range(spec.n_samples)]
         return rows
 
-    # -- streaming hook (confide.streaming): one call per token; a reason ends the row ------
+    # -- streaming hook (confide.pipeline.streaming): one call a token; a reason ends the row
 
     def _step_hook(self, rows: list[_Row], on_token: TokenCallback) -> Any:
         """Adapt ``on_token`` to the decoding loop: number each question's samples in

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from confide.backends.base import Prompt
-from confide.errors import InvalidInputError
+from confide.core.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from confide.backends.models import ModelSource
@@ -50,7 +50,7 @@ class ExtraPasses:
     def candidate_token_id(self, text: str) -> int:
         """The id of ``text`` as one token (no special tokens added).
 
-        Raises :class:`~confide.errors.InvalidInputError` when ``text`` is not
+        Raises :class:`~confide.core.errors.InvalidInputError` when ``text`` is not
         exactly one token of this tokenizer.
         """
         ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])

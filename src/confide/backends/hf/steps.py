@@ -15,7 +15,7 @@ import math
 import torch
 
 from confide.backends.base import GenerationSpec
-from confide.records import DIVERGENCE_TEMPERATURE, RENYI_ALPHA
+from confide.core.records import DIVERGENCE_TEMPERATURE, RENYI_ALPHA
 
 __all__ = ["choose_tokens", "divergences_from_uniform", "nucleus_draw", "step_statistics"]
 
@@ -98,7 +98,7 @@ def divergences_from_uniform(logits: torch.Tensor, log_vocab: float
                              ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""Rényi divergence and scaled Fisher–Rao distance from uniform of each row's tempered
     next-token distribution (the ``token_renyi_uniform`` and ``token_fisher_rao_uniform``
-    columns of :class:`~confide.records.Generation`).
+    columns of :class:`~confide.core.records.Generation`).
 
     With :math:`q \propto e^{z/\tau}` and :math:`S = \log\sum_v q(v)^\alpha =
     \mathrm{lse}(\alpha z/\tau) - \alpha\,\mathrm{lse}(z/\tau)`:

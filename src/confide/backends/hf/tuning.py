@@ -28,7 +28,7 @@ import torch
 
 from confide.backends.hf.cache import cache_of, select_rows
 from confide.backends.models import cache_dir
-from confide.errors import InvalidInputError
+from confide.core.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from confide.backends.models import ModelSource

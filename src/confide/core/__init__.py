@@ -1,0 +1,5 @@
+"""The words every stage shares: items, generations and records; the error tree; the
+generic registry; the valid range of every option; number formats; output paths.
+
+Nothing here imports another stage of confide.
+"""

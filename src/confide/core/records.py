@@ -1,0 +1,226 @@
+"""The data that flows through a run: Item → Generation → Record.
+
+Plain dataclasses; numpy arrays hold per-token statistics. ``to_dict`` /
+``from_dict`` give a JSON-safe form that round-trips floats exactly, which the
+store and the exports use.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Claim", "DIVERGENCE_TEMPERATURE", "Generation", "Item", "Message", "RENYI_ALPHA",
+           "Record"]
+
+Message = dict[str, str]  # {"role": ..., "content": ...}
+
+
+@dataclass
+class Item:
+    """One question.
+
+    ``prompt`` is the question text (a chat template or few-shot format is
+    applied by the task's prompt format), or a ready list of chat messages.
+    ``references`` are the accepted answers; ``metadata`` holds task extras
+    (choices, incorrect answers, tool schemas, ...).
+    """
+
+    id: str
+    prompt: str | list[Message]
+    references: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def question(self) -> str:
+        """The question as text: ``prompt`` itself, or the last user message of a chat prompt.
+
+        System messages and earlier turns (instructions, few-shot exemplars,
+        conversation history) are context, not the question; a chat prompt
+        without a user message has the question ``""``. Task templates,
+        reflexive prompts, judges, graders, stores and reports all read this.
+
+        >>> Item("q", [{"role": "system", "content": "Be brief."},
+        ...            {"role": "user", "content": "Capital of France?"},
+        ...            {"role": "assistant", "content": "Paris."},
+        ...            {"role": "user", "content": "And of Italy?"}]).question
+        'And of Italy?'
+        """
+        if isinstance(self.prompt, str):
+            return self.prompt
+        users = [m.get("content", "") for m in self.prompt if m.get("role") == "user"]
+        return users[-1] if users else ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "prompt": self.prompt, "references": list(self.references),
+                "metadata": self.metadata}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Item:
+        return cls(id=str(d["id"]), prompt=d["prompt"], references=list(d.get("references", [])),
+                   metadata=dict(d.get("metadata", {})))
+
+
+# The per-step divergences from uniform of the ``token_renyi_uniform`` and
+# ``token_fisher_rao_uniform`` columns are taken at this temperature (and Rényi order), the
+# values of the RAINPROOF scorers (Darrin et al., 2023) that LM-Polygraph also uses.
+DIVERGENCE_TEMPERATURE = 2.0
+RENYI_ALPHA = 0.5
+
+_ARRAY_FIELDS = ("token_logprobs", "token_entropies", "token_kl_uniform", "token_renyi_uniform",
+                 "token_fisher_rao_uniform", "top_logprobs")
+
+
+@dataclass
+class Generation:
+    r"""One model output with the token statistics the backend could give.
+
+    Per answer token ``t`` (the terminating end-of-sequence token is not part of
+    the answer): ``token_logprobs[t] = log p_t(y_t)``, ``token_entropies[t] =
+    H(p_t)``, ``token_kl_uniform[t] = KL(U || p_t)``, ``top_logprobs[t, j]`` and
+    ``top_tokens[t][j]`` the j-th most likely alternatives. Two more columns
+    compare the tempered distribution :math:`q_t \propto p_t^{1/\tau}`
+    (:math:`\tau` = :data:`DIVERGENCE_TEMPERATURE` = 2) with the uniform
+    :math:`U` over the :math:`V` vocabulary entries:
+    ``token_renyi_uniform[t]`` :math:`= D_\alpha(q_t \| U) = \log V +
+    \frac{1}{\alpha - 1}\log\sum_v q_t(v)^\alpha` with :math:`\alpha` =
+    :data:`RENYI_ALPHA` = 1/2, and ``token_fisher_rao_uniform[t]`` :math:`=
+    \frac{2}{\pi}\arccos\sum_v \sqrt{q_t(v)/V}` (the Fisher–Rao distance
+    divided by its maximum :math:`\pi`); both are 0 for a uniform
+    :math:`p_t` and grow as it peaks. All are computed
+    from the next-token distribution produced while generating. A statistic
+    the backend cannot give is ``None``. ``hidden`` maps ``"layer:pool"``
+    (pool is ``last`` or ``mean``) to a float16 vector.
+    """
+
+    text: str
+    token_ids: list[int] = field(default_factory=list)
+    tokens: list[str] = field(default_factory=list)
+    token_logprobs: np.ndarray | None = None
+    token_entropies: np.ndarray | None = None
+    token_kl_uniform: np.ndarray | None = None
+    token_renyi_uniform: np.ndarray | None = None
+    token_fisher_rao_uniform: np.ndarray | None = None
+    top_logprobs: np.ndarray | None = None
+    top_tokens: list[list[str]] | None = None
+    finish_reason: str = "stop"
+    hidden: dict[str, np.ndarray] | None = None
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.token_ids) if self.token_ids else len(self.tokens)
+
+    @property
+    def empty(self) -> bool:
+        """No answer: no text but whitespace.
+
+        Every part of confide treats an empty answer alike: likelihood 0 (log
+        :math:`-\\infty`), equivalent to no other answer, never certain.
+        """
+        return not self.text.strip()
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"text": self.text, "token_ids": list(self.token_ids),
+                             "tokens": list(self.tokens), "finish_reason": self.finish_reason,
+                             "top_tokens": self.top_tokens}
+        for name in _ARRAY_FIELDS:
+            arr = getattr(self, name)
+            d[name] = None if arr is None else np.asarray(arr, dtype=np.float64).tolist()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any],
+                  hidden: dict[str, np.ndarray] | None = None) -> Generation:
+        arrays = {n: None if d.get(n) is None else np.asarray(d[n], dtype=np.float32)
+                  for n in _ARRAY_FIELDS}
+        return cls(text=d["text"], token_ids=list(d.get("token_ids", [])),
+                   tokens=list(d.get("tokens", [])), finish_reason=d.get("finish_reason", "stop"),
+                   top_tokens=d.get("top_tokens"), hidden=hidden, **arrays)
+
+
+@dataclass
+class Claim:
+    """One atomic claim of a long answer (:mod:`confide.runs.claims`).
+
+    ``text[start:end]`` of the greedy answer is where the claim stands (for a
+    claim a model listed in its own words, the sentence it came from);
+    ``tokens`` are the indices of the answer tokens inside that span.
+    ``scores`` maps claim scorer → confidence (higher = more likely true; NaN
+    with the reason in ``score_errors``); ``grades`` maps claim grader →
+    correctness in [0, 1].
+    """
+
+    text: str
+    start: int
+    end: int
+    tokens: list[int] = field(default_factory=list)
+    scores: dict[str, float] = field(default_factory=dict)
+    score_errors: dict[str, str] = field(default_factory=dict)
+    grades: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "start": self.start, "end": self.end,
+                "tokens": list(self.tokens),
+                "scores": {k: (None if math.isnan(v) else v) for k, v in self.scores.items()},
+                "score_errors": dict(self.score_errors), "grades": dict(self.grades)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Claim:
+        return cls(text=d["text"], start=int(d["start"]), end=int(d["end"]),
+                   tokens=[int(t) for t in d.get("tokens", [])],
+                   scores={k: (math.nan if v is None else float(v))
+                           for k, v in d.get("scores", {}).items()},
+                   score_errors=dict(d.get("score_errors", {})),
+                   grades={k: float(v) for k, v in d.get("grades", {}).items()})
+
+
+@dataclass
+class Record:
+    """An item with its greedy generation, its samples, its scores and its grades.
+
+    ``scores`` maps scorer name → confidence (higher = more likely correct; NaN
+    when the scorer could not answer, with the reason in ``score_errors``).
+    ``grades`` maps grader name → correctness in [0, 1]. ``claims``: the
+    greedy answer's claims, once a long-form run has split it.
+    """
+
+    item: Item
+    greedy: Generation
+    samples: list[Generation] = field(default_factory=list)
+    scores: dict[str, float] = field(default_factory=dict)
+    score_errors: dict[str, str] = field(default_factory=dict)
+    grades: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+    claims: list[Claim] | None = None  # long answers only: None until split into claims
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "item": self.item.to_dict(),
+            "greedy": self.greedy.to_dict(),
+            "samples": [s.to_dict() for s in self.samples],
+            # JSON has no NaN: store None and keep the reason next to it.
+            "scores": {k: (None if math.isnan(v) else v) for k, v in self.scores.items()},
+            "score_errors": dict(self.score_errors),
+            "grades": dict(self.grades),
+            "seconds": self.seconds,
+        }
+        if self.claims is not None:
+            d["claims"] = [c.to_dict() for c in self.claims]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Record:
+        return cls(
+            item=Item.from_dict(d["item"]),
+            greedy=Generation.from_dict(d["greedy"]),
+            samples=[Generation.from_dict(s) for s in d.get("samples", [])],
+            scores={k: (math.nan if v is None else float(v)) for k, v in d["scores"].items()},
+            score_errors=dict(d.get("score_errors", {})),
+            grades={k: float(v) for k, v in d.get("grades", {}).items()},
+            seconds=float(d.get("seconds", 0.0)),
+            claims=(None if d.get("claims") is None
+                    else [Claim.from_dict(c) for c in d["claims"]]),
+        )

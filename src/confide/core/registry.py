@@ -1,0 +1,64 @@
+"""One generic registry per kind of plug-in: scorers, graders, metrics, backends, tasks.
+
+Entries are frozen dataclasses registered by decorators, so the CLI, the report
+and the docs list them from the same source. A duplicate name raises
+``ValueError``; an unknown one raises :class:`UnknownNameError` with close
+matches and the full list.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Iterator
+from typing import Generic, TypeVar
+
+from confide.core.errors import UnknownNameError
+
+T = TypeVar("T")
+
+__all__ = ["Registry", "load_object"]
+
+
+class Registry(Generic[T]):
+    """A name → entry mapping filled by decorators."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._entries: dict[str, T] = {}
+
+    def add(self, name: str, entry: T) -> T:
+        if name in self._entries:
+            raise ValueError(f"{self.kind} {name!r} is already registered")
+        self._entries[name] = entry
+        return entry
+
+    def __getitem__(self, name: str) -> T:
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise UnknownNameError(self._unknown_message(name)) from None
+
+    def _unknown_message(self, name: str) -> str:
+        known = sorted(self._entries)
+        close = difflib.get_close_matches(name, known, n=3)
+        hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+        return f"unknown {self.kind} {name!r}.{hint} Known {self.kind}s: {', '.join(known)}"
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._entries))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def values(self) -> list[T]:
+        return [self._entries[k] for k in sorted(self._entries)]
+
+
+def load_object(spec: str) -> object:
+    """Import ``"package.module:attribute"`` lazily (keeps heavy imports off ``import confide``)."""
+    module, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(module), attr)

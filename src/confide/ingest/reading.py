@@ -1,0 +1,241 @@
+"""Reading a log: format detection, the record stream, the greedy-answer file.
+
+The formats themselves live in their modules (see :mod:`confide.ingest`).
+"""
+
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from confide.core.errors import InvalidInputError
+from confide.ingest import jsonl, llamacpp, lmeval, openai, vllm  # noqa: F401 (register)
+from confide.ingest.common import (
+    FORMATS,
+    BadField,
+    Context,
+    Imported,
+    capabilities_of,
+    decode_line,
+    file_layout,
+    is_blank,
+    iter_json_records,
+)
+from confide.ingest.lmeval import option_probability
+from confide.tasks.base import BadRecords
+
+__all__ = ["ANSWER_MODES", "DETECTION_ORDER", "FORMATS", "Imported", "ImportedStream",
+           "decode_line", "detect_format", "duplicate_id", "file_layout", "is_blank",
+           "option_probability", "parse_value", "read_generations"]
+
+#: Formats tried by ``format="auto"``, in this order (the loosest last).
+DETECTION_ORDER = ("lmeval", "openai", "vllm", "llamacpp", "jsonl")
+#: ``answer="first"``: a record's first choice is the answer, the rest samples.
+#: ``answer="greedy-file"``: every choice is a sample; the answer is the first choice
+#: of the record with the same id in ``greedy_file``.
+ANSWER_MODES = ("first", "greedy-file")
+
+
+def _check_path(path: str | Path) -> Path:
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidInputError("no such file", file=str(p))
+    return p
+
+
+def _detect(obj: dict[str, Any], source: str, line: int) -> str:
+    for name in DETECTION_ORDER:
+        if FORMATS[name].looks_like(obj):
+            return name
+    keys = ", ".join(sorted(map(str, obj))[:12]) or "none"
+    raise InvalidInputError(
+        f"not a known log format (its keys: {keys}); give format= one of "
+        f"{', '.join(DETECTION_ORDER)}", file=source, line=line, field="format")
+
+
+def detect_format(path: str | Path) -> str:
+    """The format of a log file, from its first record.
+
+    Parameters
+    ----------
+    path : the log file (JSON Lines, one JSON array, or pretty-printed objects); the
+        first record that is a JSON object decides (lines that are not are the
+        reader's to report).
+
+    Returns
+    -------
+    str
+        One of :data:`DETECTION_ORDER`, tried in that order.
+
+    Raises
+    ------
+    InvalidInputError
+        The file is missing, empty, or its first record matches no format.
+    """
+    p = _check_path(path)
+    for line, obj in iter_json_records(p, str(p)):
+        if isinstance(obj, dict):
+            return _detect(obj, str(p), line)
+    raise InvalidInputError("no JSON object records (the file is empty, or no line is a "
+                            "JSON object)", file=str(p))
+
+
+class ImportedStream(Iterator[Imported]):
+    """The records of one log file, read as they are iterated.
+
+    ``format`` is the format read (the one ``"auto"`` chose); ``skipped`` lists
+    ``(file:line, reason)`` of the bad records skipped so far
+    (``on_bad_record="skip"``); ``count`` the records yielded so far.
+    """
+
+    def __init__(self, path: Path, fmt: str, records: Iterator[Imported], bad: BadRecords
+                 ) -> None:
+        self.path, self.format = path, fmt
+        self._records, self._bad = records, bad
+        self.count = 0
+
+    @property
+    def skipped(self) -> list[tuple[str, str]]:
+        return self._bad.skipped
+
+    def __iter__(self) -> ImportedStream:
+        return self
+
+    def __next__(self) -> Imported:
+        record = next(self._records)
+        self.count += 1
+        return record
+
+    def __repr__(self) -> str:
+        return (f"ImportedStream({str(self.path)!r}, format={self.format!r}, "
+                f"read={self.count}, skipped={len(self.skipped)})")
+
+
+def read_generations(path: str | Path, format: str = "auto", *, answer: str = "first",
+                     greedy_file: str | Path | None = None, on_bad_record: str = "raise",
+                     label_field: str | None = None, entropy_bounds: bool = True
+                     ) -> ImportedStream:
+    """Stream the records of a log file as :class:`Imported` (question, answer, samples).
+
+    Parameters
+    ----------
+    path : the log file.
+    format : ``"auto"`` (:func:`detect_format`) or one of :data:`FORMATS`.
+    answer : ``"first"`` (default): each record's first choice is the answer, the
+        others samples; ``"greedy-file"``: each record's choices are all samples, and
+        the answer is the first choice of the record with the same id in
+        ``greedy_file`` (which is read first; its answers are held in memory, one per
+        id).
+    greedy_file : the file of greedy answers, with ``answer="greedy-file"``.
+    on_bad_record : ``"raise"`` (default) or ``"skip"`` (the stream's ``skipped``
+        lists them with the reasons).
+    label_field : the record field holding correctness (default: the format's own:
+        ``label``; ``acc`` or ``exact_match`` for ``lmeval``).
+    entropy_bounds : give ``token_entropies`` as lower bounds from the top-k
+        log-probabilities (default); False leaves them out.
+
+    Returns
+    -------
+    ImportedStream
+        An iterator of :class:`Imported`, read as it is consumed.
+
+    Raises
+    ------
+    InvalidInputError
+        At once for a missing file, an unknown option or an undetectable format; while
+        iterating, for a bad record (``file:line: field: why``) unless skipping, and
+        for JSON that cannot be stepped over (inside an array).
+    UnknownNameError
+        An unknown ``format``.
+    """
+    p = _check_path(path)
+    bad = BadRecords(on_bad_record)
+    if answer not in ANSWER_MODES:
+        raise InvalidInputError(f"must be one of {', '.join(ANSWER_MODES)}, not {answer!r}",
+                                field="answer")
+    if (answer == "greedy-file") != (greedy_file is not None):
+        raise InvalidInputError("answer='greedy-file' and greedy_file go together",
+                                field="greedy_file")
+    if label_field is not None and (not isinstance(label_field, str) or not label_field):
+        raise InvalidInputError("must be a field name", field="label_field")
+    fmt = detect_format(p) if format == "auto" else FORMATS[format].name
+    records = _records(p, fmt, bad, label_field=label_field, entropy_bounds=entropy_bounds)
+    if greedy_file is not None:
+        records = _with_greedy_file(records, p, fmt, Path(greedy_file), bad,
+                                    label_field=label_field, entropy_bounds=entropy_bounds)
+    return ImportedStream(p, fmt, records, bad)
+
+
+def parse_value(obj: Any, line: int, path: Path, fmt: str, *, label_field: str | None = None,
+                entropy_bounds: bool = True) -> Imported:
+    """One record (a decoded JSON value, or the :class:`BadField` of one that could not be
+    decoded) at ``line`` of ``path`` in format ``fmt``, as :class:`Imported`.
+
+    The one reading of a record: :func:`read_generations` and an import's worker
+    processes (:mod:`confide.runs.importing`) both call it; duplicate ids are the caller's
+    to find. Raises :class:`~confide.core.errors.InvalidInputError` (``file:line: field:``)
+    for a bad record.
+    """
+    source = str(path)
+    if isinstance(obj, BadField):
+        raise InvalidInputError(obj.message, file=source, line=line, field=obj.field)
+    if not isinstance(obj, dict):
+        raise InvalidInputError(f"expected a JSON object, got {type(obj).__name__}",
+                                file=source, line=line, field="record")
+    ctx = Context(source=source, stem=path.stem, line=line, label_field=label_field,
+                  entropy_bounds=entropy_bounds)
+    try:
+        return FORMATS[fmt].parse(obj, ctx)
+    except BadField as exc:
+        raise InvalidInputError(exc.message, file=source, line=line, field=exc.field) from None
+    except RecursionError:
+        raise InvalidInputError("nested too deeply", file=source, line=line,
+                                field="record") from None
+
+
+def duplicate_id(item_id: str, line: int, path: Path) -> InvalidInputError:
+    """The error for a record at ``line`` whose id an earlier record of ``path`` has."""
+    return InvalidInputError(f"duplicate id {item_id!r}", file=str(path), line=line,
+                             field="id")
+
+
+def _records(path: Path, fmt: str, bad: BadRecords, *, label_field: str | None,
+             entropy_bounds: bool) -> Iterator[Imported]:
+    seen: set[str] = set()
+    for line, obj in iter_json_records(path, str(path)):
+        try:
+            record = parse_value(obj, line, path, fmt, label_field=label_field,
+                                 entropy_bounds=entropy_bounds)
+        except InvalidInputError as exc:
+            bad.bad(exc)
+            continue
+        if record.item.id in seen:
+            bad.bad(duplicate_id(record.item.id, record.line, path))
+            continue
+        seen.add(record.item.id)
+        yield record
+
+
+def _with_greedy_file(records: Iterator[Imported], path: Path, fmt: str, greedy_path: Path,
+                      bad: BadRecords, *, label_field: str | None, entropy_bounds: bool
+                      ) -> Iterator[Imported]:
+    """Each record's choices become samples; its answer comes from the greedy file."""
+    gp = _check_path(greedy_path)
+    greedy_fmt = detect_format(gp)
+    answers = {r.item.id: r for r in _records(gp, greedy_fmt, bad, label_field=label_field,
+                                              entropy_bounds=entropy_bounds)}
+    for record in records:
+        found = answers.get(record.item.id)
+        if found is None:
+            bad.bad(InvalidInputError(f"no answer with id {record.item.id!r} in {gp}",
+                                      file=str(path), line=record.line, field="id"))
+            continue
+        samples = [record.greedy, *record.samples]
+        caps = capabilities_of(found.greedy, samples)
+        notes = {**record.approximate, **found.approximate}
+        yield Imported(item=record.item, greedy=found.greedy, samples=samples,
+                       label=found.label if found.label is not None else record.label,
+                       line=record.line, capabilities=caps,
+                       approximate={k: v for k, v in notes.items() if k in caps})

@@ -1,0 +1,150 @@
+"""One path from a question to a scored, graded record: generate → record → score → grade.
+
+``confide.score`` (the API), the run loop (:mod:`confide.runs.execution`) and the
+server (:mod:`confide.serve.app`) all go through a :class:`Pipeline`:
+
+1. :func:`plan_scorers` splits the chosen scorers into those the backend can
+   feed and those skipped (with why);
+2. :meth:`Pipeline.generate` renders the items' prompts with the task's
+   format and generates the greedy answer and the samples (the server
+   generates through its own batching queue instead);
+3. :meth:`Pipeline.complete` turns one :class:`~confide.backends.GenerationResult`
+   into a :class:`~confide.core.records.Record`, scores it (NaN with a reason where
+   a scorer cannot answer) and grades it when a grader is set and the item
+   has references.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from confide.backends.base import Backend, GenerationResult, GenerationSpec
+from confide.core.errors import BackendError, InvalidInputError
+from confide.core.records import Item, Record
+from confide.grading import GRADERS, grade
+from confide.scorers import Need, ScorerSpec, ScoringContext, run_scorer, scorer_at
+from confide.tasks import Task
+
+__all__ = ["DEFAULT_SCORERS", "GenerationFailed", "Pipeline", "check_question", "grade_record",
+           "plan_scorers", "score_record"]
+
+DEFAULT_SCORERS = ("msp", "mean_logprob", "min_logprob", "mean_entropy", "max_entropy",
+                   "self_certainty", "length")
+
+
+class GenerationFailed(BackendError):
+    """The backend gave no answer for an item (an HTTP backend after all retries)."""
+
+    def __init__(self, item_id: str, reason: str) -> None:
+        super().__init__(f"item {item_id!r}: {reason}")
+        self.item_id, self.reason = item_id, reason
+
+
+def check_question(item: Item) -> None:
+    """Refuse an item whose question (:attr:`Item.question`) is empty."""
+    if not item.question.strip():
+        raise InvalidInputError(f"item {item.id!r} has an empty question", field="question")
+
+
+def plan_scorers(names: Sequence[str], capabilities: frozenset[str]
+                 ) -> tuple[list[ScorerSpec], dict[str, str]]:
+    """Split chosen answer-level scorers into those the backend can feed and those skipped
+    (with why).
+
+    A name that is not an answer-level scorer raises
+    :class:`~confide.core.errors.UnknownNameError`; for a claim-level scorer the message says
+    so (those go to the claim stage). A fitted kind (needs ``training``) is skipped: it is
+    fitted on the graded run afterwards (``confide fit``) and applied with
+    ``confide eval --with``.
+    """
+    usable, skipped = [], {}
+    for name in names:
+        spec = scorer_at(name, "answer")
+        missing = sorted(n.value for n in spec.needs
+                         if n.value not in capabilities and n is not Need.TRAINING)
+        why = [f"backend cannot give {', '.join(missing)}"] if missing else []
+        if Need.TRAINING in spec.needs:
+            why.append(f"fitted on a graded run afterwards (confide fit RUN --kind {name}; "
+                       "confide eval RUN --with FILE)")
+        if why:
+            skipped[name] = "; ".join(why)
+        else:
+            usable.append(spec)
+    return usable, skipped
+
+
+def score_record(record: Record, scorers: Sequence[ScorerSpec], ctx: ScoringContext) -> None:
+    """Fill ``record.scores`` (NaN with a reason where a scorer cannot answer)."""
+    for spec in scorers:
+        value, reason = run_scorer(spec, record, ctx)
+        record.scores[spec.name] = value
+        if reason is not None:
+            record.score_errors[spec.name] = reason
+
+
+def grade_record(record: Record, grader: str, backend: Backend | None = None) -> None:
+    """Fill ``record.grades[grader]``; items without references are scored, not graded."""
+    if record.item.references:
+        options = {"backend": backend} if GRADERS[grader].needs_backend else {}
+        record.grades[grader] = grade(record.greedy.text, record.item, grader, **options)
+
+
+@dataclass
+class Pipeline:
+    """A backend with the scorers it can feed, an optional judge and an optional grader.
+
+    Build it with :meth:`build`; ``skipped`` maps each chosen scorer the
+    backend cannot feed to the reason.
+    """
+
+    backend: Backend
+    scorers: list[ScorerSpec]
+    skipped: dict[str, str] = field(default_factory=dict)
+    judge: Any = None
+    grader: str | None = None
+    seed: int = 0
+
+    @classmethod
+    def build(cls, backend: Backend, scorers: Sequence[str] = DEFAULT_SCORERS, *,
+              judge: Any = None, grader: str | None = None, seed: int = 0) -> Pipeline:
+        """Plan ``scorers`` for ``backend``'s capabilities and check ``grader``'s name."""
+        if grader is not None:
+            GRADERS[grader]
+        usable, skipped = plan_scorers(scorers, backend.capabilities)
+        return cls(backend, usable, skipped, judge, grader, seed)
+
+    @property
+    def n_samples(self) -> int:
+        """The most samples any usable scorer needs."""
+        return max([s.n_samples for s in self.scorers], default=0)
+
+    def generate(self, task: Task, items: Sequence[Item], spec: GenerationSpec,
+                 seeds: list[int]) -> list[GenerationResult]:
+        """Render ``items`` with ``task``'s prompt format and generate, one result per item."""
+        prompts = [task.render(it, chat=self.backend.has_chat_template) for it in items]
+        results = self.backend.generate(prompts, spec, seeds)
+        for result, prompt in zip(results, prompts, strict=True):
+            result.prompt = prompt
+        return results
+
+    def complete(self, item: Item, result: GenerationResult, *, seconds: float = 0.0,
+                 seed: int | None = None) -> Record:
+        """The scored (and, with a grader, graded) record of one generation result.
+
+        ``seed`` seeds scorers that ask the model again (default: the
+        pipeline's). Raises :class:`GenerationFailed` when the backend gave no
+        answer for the item.
+        """
+        if result.greedy is None:
+            raise GenerationFailed(item.id, result.error or "the backend returned no answer")
+        record = Record(item=item, greedy=result.greedy, samples=result.samples,
+                        seconds=seconds)
+        ctx = ScoringContext(backend=self.backend, judge=self.judge,
+                             options={"seed": self.seed if seed is None else seed,
+                                      "prompt": result.prompt})
+        score_record(record, self.scorers, ctx)
+        if self.grader is not None:
+            grade_record(record, self.grader, self.backend)
+        return record

@@ -1,0 +1,209 @@
+"""The run plan: what a run is made of, decided once, before any model is loaded.
+
+:func:`prepare` checks a :class:`RunConfig` (the settings a user gives, stored
+with the run) and returns a frozen :class:`RunPlan`: the loaded task, the
+grader, the generation spec, the judge and the seed. The CLI, the API and the
+server all build their plans here, so the three rules that decide what is
+generated exist once:
+
+* **samples** (:func:`sample_count`): the number asked for, else the most any
+  chosen scorer needs (and at least a caller's floor: a claim stage, a
+  request's ``n``, the server's summary samples);
+* **sampling defaults**: :data:`~confide.core.options.DEFAULT_TEMPERATURE` and
+  :data:`~confide.core.options.DEFAULT_TOP_P` unless a run or request sets them
+  (:func:`generation_spec`);
+* **the grader**: the run's own, else its task's (:attr:`RunPlan.grader`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from confide.backends import GenerationSpec
+from confide.backends.models import DEFAULT_MODEL
+from confide.core.errors import InvalidInputError
+from confide.core.options import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, check_option, check_sampling
+from confide.core.records import Item
+from confide.equivalence.judges import JUDGES, default_judge
+from confide.grading import GRADERS
+from confide.pipeline.answering import DEFAULT_SCORERS, check_question
+from confide.scorers import SCORERS, ScorerSpec, scorer_at
+from confide.tasks import Task, load_task
+
+__all__ = ["DEFAULT_SCORERS", "QUESTIONS_GRADER", "RunConfig", "RunPlan", "generation_spec",
+           "prepare", "question_plan", "sample_count"]
+
+# Plain questions (``confide.score``, the server) have no task: they are open QA, and
+# read with this grader when references come with them.
+QUESTIONS_GRADER = "contains"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that determines a run's numbers (stored with the run)."""
+
+    model: str = DEFAULT_MODEL
+    backend: str = "hf"
+    task: str = "triviaqa"
+    data_path: str | None = None
+    limit: int | None = 100
+    scorers: tuple[str, ...] = DEFAULT_SCORERS
+    grader: str | None = None
+    max_new_tokens: int | None = None
+    n_samples: int | None = None
+    temperature: float = DEFAULT_TEMPERATURE
+    top_p: float = DEFAULT_TOP_P
+    hidden_layers: tuple[int, ...] = ()
+    batch_size: int = 8
+    seed: int = 0
+    task_options: dict[str, Any] = field(default_factory=dict)
+    judge: str | None = None  # semantic scorers' equivalence judge; None: the task's default
+    judge_options: dict[str, Any] = field(default_factory=dict)
+    on_bad_record: str = "raise"  # "skip": skip malformed data records, counted in Task.skipped
+
+    def __post_init__(self) -> None:
+        # Refuse a bad option before anything is loaded or stored (rules: confide.core.options).
+        for name, value in (("batch_size", self.batch_size), ("temperature", self.temperature),
+                            ("top_p", self.top_p), ("seed", self.seed),
+                            ("max_new_tokens", self.max_new_tokens),
+                            ("n_samples", self.n_samples)):
+            if value is not None:
+                check_option(name, value)
+        if self.limit is not None and (isinstance(self.limit, bool)
+                                       or not isinstance(self.limit, int) or self.limit < 1):
+            raise InvalidInputError(f"must be a positive integer or None (all), not "
+                                    f"{self.limit!r}", field="limit")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in self.hidden_layers):
+            raise InvalidInputError(f"must be integers, not {list(self.hidden_layers)!r}",
+                                    field="hidden_layers")
+        if self.on_bad_record not in ("raise", "skip"):
+            raise InvalidInputError(f"must be 'raise' or 'skip', not {self.on_bad_record!r}",
+                                    field="on_bad_record")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["scorers"] = list(self.scorers)
+        d["hidden_layers"] = list(self.hidden_layers)
+        return d
+
+
+def sample_count(scorers: Iterable[str | ScorerSpec], *, requested: int | None = None,
+                 at_least: int = 0) -> int:
+    """Samples to draw: ``requested`` when given, else the most any scorer needs and at
+    least ``at_least``.
+
+    >>> sample_count(["msp", "mean_logprob"])
+    0
+    >>> sample_count(["msp"], at_least=3)
+    3
+    >>> sample_count(["msp"], requested=5, at_least=3)
+    5
+    """
+    if requested is not None:
+        return requested
+    specs = [SCORERS[s] if isinstance(s, str) else s for s in scorers]
+    return max([at_least, *(spec.n_samples for spec in specs)])
+
+
+def generation_spec(scorers: Iterable[str | ScorerSpec], *, max_new_tokens: int,
+                    stop: Sequence[str] = (), n_samples: int | None = None, at_least: int = 0,
+                    temperature: float | None = None, top_p: float | None = None,
+                    hidden_layers: Sequence[int] = (),
+                    top_k_alternatives: int | None = None) -> GenerationSpec:
+    """The generation spec of a run or a request: :func:`sample_count` samples, drawn at
+    the given temperature and top-p or the defaults."""
+    spec = GenerationSpec(
+        max_new_tokens=max_new_tokens, stop=tuple(stop),
+        n_samples=sample_count(scorers, requested=n_samples, at_least=at_least),
+        temperature=DEFAULT_TEMPERATURE if temperature is None else temperature,
+        top_p=DEFAULT_TOP_P if top_p is None else top_p,
+        hidden_layers=tuple(hidden_layers))
+    if top_k_alternatives is None:
+        return spec
+    return replace(spec, top_k_alternatives=top_k_alternatives)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A checked run: task, grader, generation spec, scorers, judge and seed.
+
+    ``config`` is the :class:`RunConfig` it came from (``None`` for plain
+    questions, :func:`question_plan`); ``grader`` is ``None`` when nothing is
+    graded.
+    """
+
+    task: Task
+    grader: str | None
+    spec: GenerationSpec
+    scorers: tuple[str, ...]
+    judge: str
+    judge_options: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    batch_size: int = 8
+    config: RunConfig | None = None
+
+    def identity(self) -> dict[str, Any]:
+        """What the store keeps as the run's configuration (a resume must match it)."""
+        if self.config is None:
+            raise InvalidInputError("plain questions are not a stored run", field="config")
+        d = self.config.to_dict()
+        d["task"] = self.task.config()
+        d["grader"] = self.grader
+        return d
+
+    def block(self, start: int) -> list[Item]:
+        """The fixed block of items at ``start`` (its neighbours fix its numbers)."""
+        return self.task.items[start:start + self.batch_size]
+
+    def todo_blocks(self, done: set[str]) -> list[int]:
+        """Starts of the fixed blocks (``batch_size`` items in item order) with an item
+        not in ``done``."""
+        return [start for start in range(0, len(self.task.items), self.batch_size)
+                if not all(it.id in done for it in self.block(start))]
+
+
+def prepare(config: RunConfig) -> RunPlan:
+    """Check the run's names and options and load its task.
+
+    Nothing is loaded but the task and nothing is stored, so a typo fails at once.
+    """
+    for name in config.scorers:  # fail on a typo (or a claim-level name) before loading
+        scorer_at(name, "answer")
+    if config.judge is not None:
+        JUDGES[config.judge]
+    task = load_task(config.task, limit=config.limit, data_path=config.data_path,
+                     on_bad_record=config.on_bad_record, **config.task_options)
+    grader = config.grader or task.grader
+    GRADERS[grader]
+    for item in task.items:
+        check_question(item)
+    spec = generation_spec(config.scorers,
+                           max_new_tokens=config.max_new_tokens or task.max_new_tokens,
+                           stop=task.stop, n_samples=config.n_samples,
+                           temperature=config.temperature, top_p=config.top_p,
+                           hidden_layers=config.hidden_layers)
+    check_sampling(spec.n_samples, spec.temperature)
+    return RunPlan(task=task, grader=grader, spec=spec, scorers=tuple(config.scorers),
+                   judge=config.judge or default_judge(task.grader),
+                   judge_options=dict(config.judge_options), seed=config.seed,
+                   batch_size=config.batch_size, config=config)
+
+
+def question_plan(questions: Sequence[str | Item], *, scorers: Sequence[str] = DEFAULT_SCORERS,
+                  max_new_tokens: int, stop: Sequence[str] = (), seed: int = 0,
+                  at_least: int = 0, judge: str = "exact") -> RunPlan:
+    """The plan of plain questions (``confide.score``, ``confide.stream``, the server):
+    open QA, ungraded, ``question_id`` ``q0``, ``q1``, ... unless given as items."""
+    items = [q if isinstance(q, Item) else Item(id=f"q{i}", prompt=q)
+             for i, q in enumerate(questions)]
+    for name in scorers:
+        scorer_at(name, "answer")
+    for item in items:
+        check_question(item)
+    task = Task(name="questions", items=items, grader=QUESTIONS_GRADER, format="open_qa")
+    spec = generation_spec(scorers, max_new_tokens=max_new_tokens, stop=stop,
+                           at_least=at_least)
+    return RunPlan(task=task, grader=None, spec=spec, scorers=tuple(scorers), judge=judge,
+                   seed=seed, batch_size=max(1, len(items)))

@@ -1,0 +1,281 @@
+"""Imported records scored, graded and encoded for the store: here, or in worker
+processes for large JSON Lines files (:func:`confide.runs.importing.import_file` drives it).
+
+A record's scorers depend only on what its statistics hold (:class:`ScorerPlan`);
+the others give NaN with the reason.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import math
+import multiprocessing
+import os
+import signal
+import warnings
+from collections.abc import Generator, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confide.core.errors import InvalidInputError
+from confide.ingest import (
+    Imported,
+    decode_line,
+    file_layout,
+    is_blank,
+    parse_value,
+)
+from confide.equivalence.judges import make_judge
+from confide.pipeline.answering import grade_record
+from confide.core.records import Generation, Record
+from confide.scorers import (
+    SCORERS,
+    Need,
+    ScorerSpec,
+    ScoringContext,
+    run_scorer,
+)
+from confide.store.run_store import LABEL_GRADE, RunStore
+
+#: The grade a record's own label is stored as.
+_STATS = ("token_logprobs", "top_logprobs", "token_entropies", "token_kl_uniform",
+          "token_renyi_uniform", "token_fisher_rao_uniform")
+
+__all__ = ["LABEL_GRADE", "PARALLEL_MIN_BYTES", "Read", "RecordScorer", "ScorerPlan", "Setup",
+           "capabilities", "file_chunks", "keep_notes", "score_here", "score_in_workers",
+           "scored", "worker_count"]
+
+
+def generation_caps(gen: Generation) -> set[str]:
+    return {s for s in _STATS if getattr(gen, s) is not None}
+
+
+class ScorerPlan:
+    """Which scorers run on a record of given capabilities, and why the others give NaN.
+
+    The split depends only on the record's capabilities, so it is worked out once per
+    kind of record and looked up after that.
+    """
+
+    def __init__(self, specs: Sequence[ScorerSpec]) -> None:
+        self.specs = list(specs)
+        self._cache: dict[tuple[frozenset[str], frozenset[str]],
+                          list[tuple[ScorerSpec, str | None]]] = {}
+
+    def fed(self, greedy_caps: frozenset[str], all_caps: frozenset[str]) -> list[str]:
+        """The scorers a record of these capabilities feeds."""
+        return [spec.name for spec, why in self.split(greedy_caps, all_caps) if why is None]
+
+    def split(self, greedy_caps: frozenset[str], all_caps: frozenset[str]
+              ) -> list[tuple[ScorerSpec, str | None]]:
+        key = (greedy_caps, all_caps)
+        found = self._cache.get(key)
+        if found is None:
+            found = []
+            for spec in self.specs:
+                caps = all_caps if Need.SAMPLES in spec.needs else greedy_caps
+                missing = sorted(n.value for n in spec.needs if n.value not in caps)
+                found.append((spec, None if not missing else
+                              f"this record has no {', '.join(missing)} (imported generations)"))
+            self._cache[key] = found
+        return found
+
+
+def capabilities(imported: Imported) -> tuple[frozenset[str], frozenset[str]]:
+    """``(what the greedy answer holds, what the greedy answer and every sample hold)``."""
+    extra = set()
+    if "choice_loglikelihoods" in imported.item.metadata:
+        extra.add(Need.CHOICE_LOGLIKELIHOODS.value)
+    greedy = generation_caps(imported.greedy) | extra
+    every = set(imported.capabilities) | extra
+    if imported.samples:
+        every.add(Need.SAMPLES.value)
+        greedy.add(Need.SAMPLES.value)
+    return frozenset(greedy), frozenset(every)
+
+
+
+# --- one record: score, grade, encode (here or in a worker process) ------------------------
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What scoring a record needs, sent once to each worker process."""
+
+    path: Path
+    fmt: str
+    label_field: str | None
+    scorers: tuple[str, ...]  # those a record may feed (not skipped for every record)
+    judge: str
+    grader: str
+
+
+@dataclass(frozen=True)
+class Read:
+    """One record read: its id, and (unless stored already) its stored text, the
+    capabilities that decided its scorers, its notes and whether it was graded."""
+
+    line: int
+    item_id: str
+    data: str | None = None
+    caps: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
+    approximate: dict[str, str] = field(default_factory=dict)
+    graded: bool = False
+
+
+class RecordScorer:
+    """Scores, grades and encodes imported records: one per process."""
+
+    def __init__(self, setup: Setup, done: frozenset[str]) -> None:
+        self.setup, self.done = setup, done
+        self.plan = ScorerPlan([SCORERS[n] for n in setup.scorers])
+        self.judge = make_judge(setup.judge)
+
+    def __call__(self, imported: Imported) -> Read:
+        item_id = imported.item.id
+        if item_id in self.done:
+            return Read(imported.line, item_id)
+        record, caps = scored(imported, self.plan, self.judge, self.setup.grader)
+        return Read(imported.line, item_id, RunStore.encode(record), caps,
+                     dict(imported.approximate), bool(record.grades))
+
+
+def score_here(records: Iterable[Imported], setup: Setup, done: frozenset[str]
+          ) -> Generator[Read, None, None]:
+    score = RecordScorer(setup, done)
+    for imported in records:
+        yield score(imported)
+
+
+def scored(imported: Imported, plan: ScorerPlan, judge: Any, grader: str
+            ) -> tuple[Record, tuple[frozenset[str], frozenset[str]]]:
+    """The record of one imported answer, scored where its statistics allow and graded;
+    and the capabilities that decided which scorers ran."""
+    record = imported.to_record()
+    caps = capabilities(imported)
+    ctx = ScoringContext(judge=judge, options={"seed": 0, "prompt": imported.item.prompt})
+    for spec, why in plan.split(*caps):
+        if why is not None:
+            record.scores[spec.name] = math.nan
+            record.score_errors[spec.name] = why
+            continue
+        value, reason = run_scorer(spec, record, ctx)
+        record.scores[spec.name] = value
+        if reason is not None:
+            record.score_errors[spec.name] = reason
+    grade_record(record, grader)
+    if imported.label is not None:
+        record.grades[LABEL_GRADE] = float(imported.label)
+    return record, caps
+
+
+def keep_notes(notes: dict[str, list[str]], approximate: dict[str, str]) -> None:
+    for stat, note in approximate.items():
+        kept = notes.setdefault(stat, [])
+        if note not in kept and len(kept) < 16:
+            kept.append(note)
+
+
+# --- worker processes (JSON Lines) ---------------------------------------------------------
+
+#: Lines sent to a worker at a time.
+CHUNK_LINES = 256
+#: Files smaller than this are read in this process (starting workers costs seconds).
+PARALLEL_MIN_BYTES = 32 << 20
+WORKER: list[RecordScorer] = []
+
+
+def worker_count(workers: int | None, path: Path, greedy_file: str | Path | None) -> int:
+    """Worker processes to use: JSON Lines files only, without a greedy file."""
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                or workers < 1):
+        raise InvalidInputError(f"must be a positive integer or None, not {workers!r}",
+                                field="workers")
+    if greedy_file is not None or file_layout(path) != "lines":
+        return 1
+    if workers is None:
+        if path.stat().st_size < PARALLEL_MIN_BYTES:
+            return 1
+        return max(1, min(os.cpu_count() or 1, 8))
+    return workers
+
+
+def start_worker(setup: Setup, done: frozenset[str]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    WORKER[:] = [RecordScorer(setup, done)]
+
+
+def work(chunk: list[tuple[int, bytes]]) -> list[Read | tuple[str, str | None, int | None,
+                                                                str | None]]:
+    """Read, score, grade and encode one chunk of lines in a worker, in order; a bad
+    record comes back as ``(message, file, line, field)``."""
+    score = WORKER[0]
+    setup = score.setup
+    out: list[Read | tuple[str, str | None, int | None, str | None]] = []
+    for line, raw in chunk:
+        value = decode_line(raw, line)
+        if is_blank(value):
+            continue
+        try:
+            imported = parse_value(value, line, setup.path, setup.fmt,
+                                   label_field=setup.label_field)
+        except InvalidInputError as exc:
+            out.append((bare_message(exc), exc.file, exc.line, exc.field))
+            continue
+        out.append(score(imported))
+    return out
+
+
+def bare_message(exc: InvalidInputError) -> str:
+    where = ""
+    if exc.file is not None:
+        where = f"{exc.file}:{exc.line}: " if exc.line is not None else f"{exc.file}: "
+    if exc.field is not None:
+        where += f"{exc.field}: "
+    return str(exc).removeprefix(where)
+
+
+def file_chunks(path: Path) -> Iterator[list[tuple[int, bytes]]]:
+    with path.open("rb") as fh:
+        numbered = enumerate(fh, start=1)
+        while chunk := list(itertools.islice(numbered, CHUNK_LINES)):
+            yield chunk
+
+
+def score_in_workers(setup: Setup, done: frozenset[str], n: int
+                ) -> Generator[Read | InvalidInputError, None, None]:
+    """The records of a JSON Lines file read, scored and encoded by ``n`` worker
+    processes, in file order (the same results as :func:`score_here`)."""
+    # fork where there is one (Linux, macOS): the workers start at once with confide
+    # loaded, and a caller's script is not run again in them (spawn imports __main__).
+    # They run only this module's pure functions, so the parent's other threads (a
+    # progress bar) do not matter; Python 3.12's warning about them is quieted.
+    fork = "fork" in multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if fork else "spawn")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
+        pool = context.Pool(n, initializer=start_worker, initargs=(setup, done))
+    pending = file_chunks(setup.path)
+    # A bounded window of chunks in flight (Pool.imap would read the whole file ahead):
+    # memory stays a few chunks, whatever the file's size.
+    window = collections.deque(pool.apply_async(work, (chunk,))
+                               for chunk in itertools.islice(pending, 2 * n))
+    try:
+        while window:
+            results = window.popleft().get()
+            following = next(pending, None)
+            if following is not None:
+                window.append(pool.apply_async(work, (following,)))
+            for result in results:
+                if isinstance(result, Read):
+                    yield result
+                else:
+                    message, file, line, at = result
+                    yield InvalidInputError(message, file=file, line=line, field=at)
+    finally:
+        pool.terminate()
+        pool.join()
+
+

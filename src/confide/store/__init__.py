@@ -1,0 +1,1 @@
+"""A run's SQLite file (:mod:`.run_store`) and its exports (:mod:`.exports`)."""

@@ -1,0 +1,115 @@
+"""Exports of a stored run: the row formats of the store, and OpenAI response objects.
+
+:func:`export_run` is what ``confide export RUN --format F`` calls:
+
+``jsonl``, ``csv``, ``parquet``
+    one row per record, one column per scorer and grader
+    (:meth:`confide.store.run_store.RunStore.export`);
+``openai``
+    one Chat Completions response object per line (:func:`openai_response`): the
+    greedy answer as choice 0 and the samples as further choices, each with
+    ``logprobs.content[t].{token, logprob, bytes, top_logprobs}``; the question
+    under ``request`` (``messages`` for a chat prompt, ``prompt`` for text), the
+    item id as ``id``, the references as ``references`` and an imported run's
+    label as ``label``: what the ``openai`` log reader (:mod:`confide.ingest.openai`)
+    reads, so ``confide score`` re-imports it.
+
+The round trip keeps what the OpenAI format can carry: answer texts, tokens, the
+chosen tokens' log-probabilities and the top-k alternatives, bit for bit (float32
+values written as the shortest decimal that reads back to the same double), so
+every scorer that reads only those gives the same value on the re-imported run.
+It cannot carry the statistics of the whole next-token distribution
+(``token_entropies`` come back as lower bounds from the top-k;
+``token_kl_uniform``, ``token_renyi_uniform``, ``token_fisher_rao_uniform`` not at
+all), token ids, hidden states, or the scores themselves
+(``tests/test_importing.py::test_openai_export_round_trip``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from confide.core.errors import StoreError
+from confide.core.paths import writable_file
+from confide.core.records import Generation, Record
+from confide.store.run_store import LABEL_GRADE, RunStore
+
+__all__ = ["EXPORT_FORMATS", "export_openai", "export_run", "openai_response"]
+
+EXPORT_FORMATS = ("jsonl", "csv", "parquet", "openai")
+
+
+def export_run(store: RunStore, fmt: str, path: str | Path | None = None) -> Path:
+    """Write ``store``'s records in format ``fmt`` (:data:`EXPORT_FORMATS`) to ``path``
+    (default: in the run directory); a damaged store's readable records, their count
+    of unreadable ones left in ``store.unreadable``."""
+    fmt = fmt.lower()
+    if fmt not in EXPORT_FORMATS:
+        raise StoreError(f"unknown export format {fmt!r}; use {', '.join(EXPORT_FORMATS)}")
+    if fmt == "openai":
+        return export_openai(store, path)
+    return store.export(fmt, path)
+
+
+def export_openai(store: RunStore, path: str | Path | None = None) -> Path:
+    """Write one OpenAI Chat Completions response object per record (JSON Lines)."""
+    target = writable_file(path or store.path / "records.openai.jsonl", "--out")
+    records, store.unreadable = store.readable_records()
+    backend = store.get_meta("backend", {}) or {}
+    config = store.config or {}
+    model = str(backend.get("model") or config.get("model") or "")
+    try:
+        with open(target, "w", encoding="utf-8") as fh:
+            for record in records:
+                fh.write(json.dumps(openai_response(record, model=model), ensure_ascii=False,
+                                    allow_nan=False) + "\n")
+    except OSError as exc:
+        raise StoreError(f"{target}: cannot write: {exc.strerror or exc}") from exc
+    return target
+
+
+def openai_response(record: Record, *, model: str = "") -> dict[str, Any]:
+    """A record as a Chat Completions response object with its request (module notes)."""
+    prompt = record.item.prompt
+    request: dict[str, Any] = {"model": model}
+    if isinstance(prompt, str):
+        request["prompt"] = prompt
+    else:
+        request["messages"] = [dict(m) for m in prompt]
+    out: dict[str, Any] = {
+        "id": record.item.id, "object": "chat.completion", "created": 0, "model": model,
+        "choices": [_choice(i, gen) for i, gen in enumerate([record.greedy, *record.samples])],
+        "request": request,
+    }
+    if record.item.references:
+        out["references"] = list(record.item.references)
+    if LABEL_GRADE in record.grades:
+        out["label"] = record.grades[LABEL_GRADE]
+    return out
+
+
+def _entry(token: str, logprob: float) -> dict[str, Any]:
+    return {"token": token, "logprob": float(logprob), "bytes": list(token.encode("utf-8"))}
+
+
+def _choice(index: int, gen: Generation) -> dict[str, Any]:
+    joined = "".join(gen.tokens)
+    # The tokens' own text where it is the answer, so a reader keeps every token
+    # (it keeps the shortest prefix of tokens covering the text it is given).
+    content = joined if gen.tokens and joined.strip() == gen.text else gen.text
+    choice: dict[str, Any] = {"index": index,
+                              "message": {"role": "assistant", "content": content},
+                              "logprobs": None, "finish_reason": gen.finish_reason}
+    lps, names, values = gen.token_logprobs, gen.top_tokens, gen.top_logprobs
+    if lps is not None and len(lps) == len(gen.tokens):
+        with_top = names is not None and values is not None and len(names) == len(gen.tokens)
+        content_lp = []
+        for t, token in enumerate(gen.tokens):
+            entry = _entry(token, lps[t])
+            alternatives = zip(names[t], values[t], strict=True) if with_top else ()  # type: ignore[index]
+            entry["top_logprobs"] = [_entry(alt, v) for alt, v in alternatives]
+            content_lp.append(entry)
+        choice["logprobs"] = {"content": content_lp}
+    return choice
