@@ -45,7 +45,7 @@ def main() -> None:
     outcome = add_claims(out, claims, backend=model)
     stage = time.perf_counter() - began
     records = api.open_run(out).records
-    table = evaluate_claims(records, grader=outcome.grader or "judge", n_resamples=1000)
+    table = evaluate_claims(records, grader=outcome.grader or "llm", n_resamples=1000)
     print(f"{table.n_claims} graded claims in {table.n_answers} answers; share right "
           f"{table.accuracy[0]:.3f} [{table.accuracy[1]:.3f}, {table.accuracy[2]:.3f}]")
     print(f"{'claim scorer':24} {'AUROC [95% CI over answers]':32} {'PRR':>7} {'n':>4}")
@@ -56,7 +56,7 @@ def main() -> None:
         print(f"{row.scorer:24} {p:.3f} [{lo:.3f}, {hi:.3f}]{'':13} "
               f"{row.metrics['prr'][0]:7.3f} {row.n:4d}")
     summary = refine_run(records, scorer=claims.scorer_for_refine,
-                         grader=outcome.grader or "judge", threshold=claims.threshold)
+                         grader=outcome.grader or "llm", threshold=claims.threshold)
     print(f"refine ({summary.scorer} >= {summary.threshold}, cross-fitted): kept "
           f"{summary.kept}/{summary.n}; share right {summary.accuracy_all:.3f} -> "
           f"{summary.accuracy_kept:.3f} {summary.note}")

@@ -39,7 +39,7 @@ def _command(prompt: str, out: Path, model: str) -> list[str]:
 
 
 def _row(prompt: str, run: Run) -> str:
-    table = run.evaluate(n_resamples=1000)
+    table = run.compute_table(n_resamples=1000)
     words = [len(r.greedy.text.split()) for r in run.records]
     tokens = [r.greedy.n_tokens for r in run.records]
     acc = table.accuracy

@@ -87,8 +87,9 @@ def main() -> None:
                 continue
             runs[name] = confide.open_run(where)
         else:
-            runs[name] = confide.evaluate(model, task="triviaqa", limit=args.items,
-                                          task_options=VARIANTS[name], out=where)
+            runs[name] = confide.generate_and_evaluate(model, task="triviaqa",
+                                                       limit=args.items,
+                                                       task_options=VARIANTS[name], out=where)
         walls[name] = time.perf_counter() - t0
     # the items are in file order in every run, so the first n are the same questions
     common = min((len(run.records) for run in runs.values()), default=0)

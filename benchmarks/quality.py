@@ -201,7 +201,7 @@ def load_pieces(outs: list[Path], n_resamples: int) -> list[Piece]:
     pieces = []
     for (task, model, _), (_, path) in sorted(best.items()):
         run = open_run(path)
-        table = run.evaluate(metrics=("auroc", "prr"), n_resamples=n_resamples)
+        table = run.compute_table(metrics=("auroc", "prr"), n_resamples=n_resamples)
         pieces.append(Piece(task, model, path, int(run.config.get("limit") or 0),
                             int(run.config.get("n_samples") or 0), table,
                             _chance(run.records),

@@ -47,7 +47,8 @@ from confide.backends import item_seed, load_backend  # noqa: E402
 from confide.backends.base import GenerationSpec  # noqa: E402
 from confide.core.records import Generation, Record  # noqa: E402
 from confide.equivalence.judges import default_judge, make_judge  # noqa: E402
-from confide.pipeline.answering import Pipeline, score_record  # noqa: E402
+from confide.pipeline.answering import Pipeline  # noqa: E402
+from confide.pipeline.scorer_plan import ScorerPlan, score_record  # noqa: E402
 from confide.scorers import SCORERS, ScoringContext, run_scorer  # noqa: E402
 from confide.tasks import load_task  # noqa: E402
 from confide.text import embed_texts  # noqa: E402
@@ -92,20 +93,19 @@ def time_cell(records: list[tuple[Record, Any]], backend: Any, judge: Any, *, al
         spent = 0.0
         for record, prompt in records:
             _empty_caches()
-            ctx = ScoringContext(backend=backend, judge=judge, options={"seed": 0,
-                                                                        "prompt": prompt})
+            ctx = ScoringContext(backend=backend, judge=judge, seed=0, prompt=prompt)
             began = time.perf_counter()
             run_scorer(SCORERS[name], record, ctx)
             spent += time.perf_counter() - began
         costs[name] = spent / len(records)
-    specs = [SCORERS[name] for name in SCORER_NAMES]
+    plan = ScorerPlan([SCORERS[name] for name in SCORER_NAMES])
     spent = 0.0
     for record, prompt in records:
         _empty_caches()
-        ctx = ScoringContext(backend=backend, judge=judge, options={"seed": 0, "prompt": prompt})
+        ctx = ScoringContext(backend=backend, judge=judge, seed=0, prompt=prompt)
         began = time.perf_counter()
         score_record(Record(item=record.item, greedy=record.greedy, samples=record.samples),
-                     specs, ctx)
+                     plan, ctx)
         spent += time.perf_counter() - began
     return costs, spent / len(records)
 

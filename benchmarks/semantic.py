@@ -54,9 +54,10 @@ def main() -> None:
     out = Path(args.out or f"runs/bench-semantic-{args.task}-{args.limit}x{args.samples}"
                            f"-t{args.temperature:g}")
     began = time.perf_counter()
-    run = api.evaluate(model, task=args.task, out=out, scorers=["agreement"],
-                       n_samples=args.samples, limit=args.limit,
-                       max_new_tokens=args.max_new_tokens, temperature=args.temperature)
+    run = api.generate_and_evaluate(model, task=args.task, out=out, scorers=["agreement"],
+                                    n_samples=args.samples, limit=args.limit,
+                                    max_new_tokens=args.max_new_tokens,
+                                    temperature=args.temperature)
     records = run.records
     print(f"{len(records)} {args.task} items x {args.samples} samples in {out} "
           f"({time.perf_counter() - began:.1f} s to generate or load)\n")

@@ -12,7 +12,7 @@ model a second question get the same real backend; clustering uses the
 ``exact`` judge (the default for TriviaQA), the embedding-based scorers the
 bundled all-MiniLM-L6-v2 encoder. Needs exercised: every :class:`Need` except
 ``TRAINING`` (a scorer that must be fitted first cannot be fitted generically;
-such a scorer is skipped here with that reason and has its own tests:
+such a scorer is left out of the parametrisation, not skipped, and has its own tests:
 ``tests/test_learned.py``, ``tests/test_density.py``). Claim-level scorers obey
 their own contract (``tests/claims/test_contract.py``).
 
@@ -40,14 +40,16 @@ import pytest
 
 from confide.backends.base import GenerationSpec
 from confide.core.errors import ConfideError, InvalidInputError
+from confide.core.needs import MODEL_PASSES
 from confide.core.records import Generation, Item, Record
 from confide.equivalence.judges import ExactJudge
 from confide.grading import GRADERS, grade
 from confide.metrics import METRICS, UndefinedMetricWarning
-from confide.scorers import SCORERS, Need, ScoringContext, run_scorer, scorers_at
+from confide.scorers import SCORERS, Cost, Need, ScoringContext, run_scorer, scorers_at
 
 N_SAMPLES = 4
-SCORER_NAMES = [spec.name for spec in scorers_at("answer")]  # claim level: tests/claims
+# claim level: tests/claims; fitted kinds (Need.TRAINING): tests/test_learned.py, test_density.py
+SCORER_NAMES = [spec.name for spec in scorers_at("answer") if Need.TRAINING not in spec.needs]
 
 
 # ----------------------------------------------------------------------- records
@@ -134,11 +136,8 @@ def score(hf_model):
 
     def apply(name: str, record: Record) -> tuple[float, str | None]:
         spec = SCORERS[name]
-        if Need.TRAINING in spec.needs:
-            pytest.skip(f"{name} must be fitted on graded records first; the contract "
-                        "cannot fit it generically")
-        ctx = ScoringContext(backend=hf_model, judge=ExactJudge(),
-                             options={"seed": 0, "verbalized_1s_max_new_tokens": 12,
+        ctx = ScoringContext(backend=hf_model, judge=ExactJudge(), seed=0,
+                             options={"verbalized_1s_max_new_tokens": 12,
                                       "verbalized_2s_max_new_tokens": 4})
         return run_scorer(spec, record, ctx)
 
@@ -288,3 +287,21 @@ def test_metric_refuses_nan_confidence_clearly(name):
     confidence[3] = np.nan
     with pytest.raises(InvalidInputError, match="confidence"):
         METRICS[name].fn(confidence, MIXED)
+
+
+def test_need_names_say_their_values():
+    """One vocabulary, one spelling: each Need's name is its value in capitals."""
+    assert [n.name for n in Need] == [n.value.upper() for n in Need]
+
+
+@pytest.mark.parametrize("name", sorted(SCORERS))
+def test_cost_says_what_the_scorer_spends(name):
+    """A scorer that asks the model again costs model calls; one that reads sampled
+    answers (and calls no model itself) costs samples; the rest are free or features."""
+    spec = SCORERS[name]
+    if spec.needs & MODEL_PASSES:
+        assert spec.cost is Cost.MODEL_CALLS
+    elif Need.SAMPLES in spec.needs:
+        assert spec.cost is Cost.SAMPLES
+    else:
+        assert spec.cost in (Cost.FREE, Cost.FEATURES)

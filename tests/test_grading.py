@@ -310,10 +310,10 @@ def test_judge_grader_on_the_bundled_model(hf_model):
     from confide.grading import GRADERS, grade
 
     item = Item("q", "What is the capital of France?", ["Paris"])
-    right = grade("Paris", item, "judge", backend=hf_model)
-    wrong = grade("Berlin", item, "judge", backend=hf_model)
+    right = grade("Paris", item, "llm", backend=hf_model)
+    wrong = grade("Berlin", item, "llm", backend=hf_model)
     assert 0.0 < wrong < right < 1.0
-    assert GRADERS["judge"].needs_backend and GRADERS["judge"].continuous
+    assert GRADERS["llm"].needs_backend and GRADERS["llm"].continuous
 
 
 def test_judge_grader_hand_computed_with_a_fixed_distribution():
@@ -331,7 +331,7 @@ def test_judge_grader_hand_computed_with_a_fixed_distribution():
                      " no": -50.0}
             return [[table[c] for c in candidates]]
 
-    value = grade("Paris", Item("q", "Capital?", ["Paris"]), "judge", backend=FixedNextToken())
+    value = grade("Paris", Item("q", "Capital?", ["Paris"]), "llm", backend=FixedNextToken())
     assert value == pytest.approx(0.4 / 0.65, rel=1e-6)
 
 
@@ -340,4 +340,12 @@ def test_judge_grader_without_backend_is_an_error():
     from confide.grading import grade
 
     with pytest.raises(ConfideError, match="needs a model"):
-        grade("Paris", Item("q", "Capital?", ["Paris"]), "judge")
+        grade("Paris", Item("q", "Capital?", ["Paris"]), "llm")
+
+
+def test_the_llm_grader_keeps_its_former_name_unlisted():
+    """``judge`` was the llm grader's name: it still finds it, and only ``llm`` is listed."""
+    assert GRADERS["judge"] is GRADERS["llm"] and "judge" in GRADERS
+    assert "judge" not in list(GRADERS) and GRADERS.canonical("judge") == "llm"
+    with pytest.raises(ValueError, match="already registered"):
+        GRADERS.alias("llm", "exact")

@@ -95,7 +95,7 @@ def test_import_openai_file_is_an_ordinary_run(tmp_path):
     graded = [r for r in records if r.item.references]
     assert graded and all("contains" in r.grades and LABEL_GRADE in r.grades for r in graded)
     # the same readers as any run
-    table = open_run(out).evaluate(n_resamples=20)
+    table = open_run(out).compute_table(n_resamples=20)
     assert {row.scorer for row in table.rows} >= {"msp", "mean_entropy"}
 
 
@@ -129,7 +129,7 @@ def test_text_only_file_gets_sampling_scorers_only(tmp_path):
     for record in _by_id(tmp_path / "run").values():  # skipped scorers leave no column
         assert not set(record.scores) & set(skipped)
         assert not set(record.score_errors) & set(skipped)
-    assert "msp" not in {row.scorer for row in open_run(tmp_path / "run").evaluate(
+    assert "msp" not in {row.scorer for row in open_run(tmp_path / "run").compute_table(
         n_resamples=10).rows}
 
 
@@ -270,7 +270,7 @@ def test_options_are_checked_before_anything_is_stored(tmp_path):
     with pytest.raises(InvalidInputError, match="answer"):
         import_file(OPENAI_CHAT, out, answer="last")
     with pytest.raises(InvalidInputError, match="asks a model"):
-        import_file(OPENAI_CHAT, out, grader="judge")
+        import_file(OPENAI_CHAT, out, grader="llm")
     with pytest.raises(KeyError, match="Did you mean"):
         import_file(OPENAI_CHAT, out, scorers=["msq"])
     with pytest.raises(InvalidInputError, match="no such file"):

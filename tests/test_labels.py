@@ -134,7 +134,7 @@ def test_eval_calibrate_and_abstain_read_the_labels(run, tmp_path):
     result = CliRunner().invoke(app, ["label", str(run), str(labels), "--name", "human"])
     assert result.exit_code == 0, result.output
     assert f"labelled {N} record(s)" in result.output
-    table = open_run(run).evaluate(grader="human", n_resamples=50)
+    table = open_run(run).compute_table(grader="human", n_resamples=50)
     assert table.grader == "human" and table.n_graded == N
     shown = CliRunner().invoke(app, ["eval", str(run), "--grader", "human",
                                      "--resamples", "50"])

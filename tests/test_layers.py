@@ -296,3 +296,47 @@ def test_the_package_top_holds_only_packages() -> None:
     """src/confide holds __init__.py, api.py and one package a stage, nothing else."""
     top = {p.name for p in PACKAGE.iterdir() if p.name != "__pycache__"}
     assert top == {"__init__.py", "api.py", *(n for n in LAYERS if n != "api")}
+
+
+# The CLI is a thin layer over the API: it parses options and renders, and reaches the
+# package only through the public API, the shared core (errors, option ranges, paths,
+# number formats) and its own modules.
+CLI_MAY_IMPORT = ("confide.api", "confide.core", "confide.cli")
+
+
+def cli_reaches_past_the_api(found: dict[str, Path]) -> list[str]:
+    """Each import of a ``confide.cli`` module (module level, in functions and under
+    ``TYPE_CHECKING``) of anything but ``confide`` itself and :data:`CLI_MAY_IMPORT`."""
+    problems = []
+    for module, path in found.items():
+        if module != "confide.cli" and not _is_inside(module, "confide.cli"):
+            continue
+        for line, target, name in imports(module, path, found):
+            full = f"{target}.{name}" if name and f"{target}.{name}" in found else target
+            if full == "confide" or any(full == ok or _is_inside(full, ok)
+                                        for ok in CLI_MAY_IMPORT):
+                continue
+            problems.append(f"{_where(path)}:{line}: {module} imports {full}; the CLI calls "
+                            "confide.api (add a public function there)")
+    return problems
+
+
+def test_cli_calls_only_the_public_api():
+    problems = cli_reaches_past_the_api(modules())
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("source", [
+    "from confide.decisions.calibration import calibrate_run\n",
+    "def f():\n    from confide.scorers import SCORERS\n",
+    "from confide import scorers\n",
+    "import confide.store.run_store\n",
+])
+def test_cli_check_catches(tmp_path, source):
+    # The check itself can fail: a command reaching a stage's module, even inside a
+    # function or through the package's name.
+    fake = tmp_path / "reading.py"
+    fake.write_text((PACKAGE / "cli" / "reading.py").read_text(encoding="utf-8") + "\n"
+                    + source, encoding="utf-8")
+    problems = cli_reaches_past_the_api({**modules(), "confide.cli.reading": fake})
+    assert [p for p in problems if p.startswith("reading.py")]

@@ -184,7 +184,7 @@ def test_an_empty_answer_gets_nan_with_the_reason_from_a_fitted_model(kind, rng)
 
 
 def test_fitted_kinds_are_registered_scorers_applied_from_the_context(rng):
-    from confide.pipeline.answering import plan_scorers
+    from confide.pipeline.scorer_plan import plan_scorers
     from confide.scorers import SCORERS, Need, run_scorer
     from confide.scorers.fitted import fitted_context
 

@@ -6,7 +6,7 @@ import pytest
 
 from confide.core.errors import InvalidInputError
 from confide.core.records import Generation, Item, Record
-from confide.grading import judge_prompt
+from confide.grading import grading_prompt
 from confide.pipeline.answering import check_question
 from confide.scorers.reflexive import question_text
 from confide.store.run_store import record_row
@@ -25,7 +25,7 @@ def test_item_question_is_the_text_or_the_last_user_message():
 
 
 def test_every_reader_of_the_question_gets_item_question():
-    assert "Question: And of Italy?\n" in str(judge_prompt("Rome", CHAT, chat=False))
+    assert "Question: And of Italy?\n" in str(grading_prompt("Rome", CHAT, chat=False))
     assert question_text(CHAT) == "And of Italy?"
     assert record_row(Record(CHAT, Generation(text="Rome")))["question"] == "And of Italy?"
 

@@ -28,7 +28,7 @@ def _comparable(run: api.Run):
 
 
 def test_run_end_to_end_on_bundled_model(hf_model, tmp_path):
-    run = api.evaluate(hf_model, task="triviaqa", out=tmp_path / "run", **SMALL)
+    run = api.generate_and_evaluate(hf_model, task="triviaqa", out=tmp_path / "run", **SMALL)
     assert len(run.records) == 6
     for record in run.records:
         assert set(record.scores) == set(DEFAULT_SCORERS)
@@ -43,16 +43,17 @@ def test_run_end_to_end_on_bundled_model(hf_model, tmp_path):
 
 
 def test_run_twice_generates_nothing_new(hf_model, tmp_path):
-    first = api.evaluate(hf_model, out=tmp_path, **SMALL)
-    second = api.evaluate(hf_model, out=tmp_path, **SMALL)
+    first = api.generate_and_evaluate(hf_model, out=tmp_path, **SMALL)
+    second = api.generate_and_evaluate(hf_model, out=tmp_path, **SMALL)
     assert first.outcome.generated == 6 and second.outcome.generated == 0
     assert _comparable(first) == _comparable(second)
 
 
 def test_run_refuses_a_different_configuration(hf_model, tmp_path):
-    api.evaluate(hf_model, out=tmp_path, limit=3, max_new_tokens=8, batch_size=3)
+    api.generate_and_evaluate(hf_model, out=tmp_path, limit=3, max_new_tokens=8, batch_size=3)
     with pytest.raises(ConfigMismatch, match="seed: stored 0, now 7"):
-        api.evaluate(hf_model, out=tmp_path, limit=3, max_new_tokens=8, batch_size=3, seed=7)
+        api.generate_and_evaluate(hf_model, out=tmp_path, limit=3, max_new_tokens=8,
+                                  batch_size=3, seed=7)
 
 
 def test_run_unknown_scorer_lists_known_ones(tmp_path):
@@ -142,7 +143,7 @@ def test_runs_made_before_the_hidden_state_fix_are_recognised(hf_model, tmp_path
     from confide.store.run_store import FORMAT_VERSION, RunStore
 
     settings = dict(limit=2, max_new_tokens=3, batch_size=2, hidden_layers=(-1,))
-    api.evaluate(hf_model, out=tmp_path, **settings)
+    api.generate_and_evaluate(hf_model, out=tmp_path, **settings)
     with RunStore.open(tmp_path) as store:
         assert store.format_version == FORMAT_VERSION and store.hidden_states_note() is None
         store._conn.execute("DELETE FROM meta WHERE key = 'format_version'")  # as made before
@@ -150,6 +151,6 @@ def test_runs_made_before_the_hidden_state_fix_are_recognised(hf_model, tmp_path
                             "FROM records)")
     run = api.open_run(tmp_path)
     assert run.hidden_states_note and "predate the fix" in run.hidden_states_note
-    assert any("predate the fix" in note for note in run.evaluate(n_resamples=10).notes)
+    assert any("predate the fix" in note for note in run.compute_table(n_resamples=10).notes)
     with pytest.raises(ConfigMismatch, match="predate the fix"):
-        api.evaluate(hf_model, out=tmp_path, **settings)
+        api.generate_and_evaluate(hf_model, out=tmp_path, **settings)

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from confide.core.errors import ConfigMismatch, StoreError
+from confide.store.exports import EXPORT_FORMATS, export_run
 from confide.store.run_store import RunStore
 from tests.conftest import make_record
 
@@ -83,7 +84,7 @@ def test_store_exports_one_row_per_record(tmp_path, fmt):
     with RunStore.open(tmp_path, {"a": 1}) as store:
         for i in range(3):
             store.put(_record(i), i)
-        path = store.export(fmt)
+        path = export_run(store, fmt)
     if fmt == "jsonl":
         rows = [json.loads(line) for line in path.read_text().splitlines()]
         assert [r["id"] for r in rows] == ["it0", "it1", "it2"]
@@ -104,7 +105,44 @@ def test_store_exports_one_row_per_record(tmp_path, fmt):
 
 def test_store_unknown_export_format(tmp_path):
     with RunStore.open(tmp_path, {"a": 1}) as store, pytest.raises(StoreError, match="xlsx"):
-        store.export("xlsx")
+        export_run(store, "xlsx")
+
+
+def test_run_exports_every_format_the_cli_does(tmp_path):
+    # One list of formats, one entry point: Run.export writes what `confide export` writes,
+    # in every format, and the OpenAI export reads back as the same records.
+    from typer.testing import CliRunner
+
+    import confide
+    from confide.cli import app
+
+    with RunStore.open(tmp_path / "run", {"model": "smollm2", "grader": "contains"}) as store:
+        for i in range(3):
+            record = _record(i)
+            record.greedy.text, record.greedy.tokens = "Paris", ["Par", "is"]
+            store.put(record, i)
+    run = confide.open_run(tmp_path / "run")
+    help_text = CliRunner().invoke(app, ["export", "--help"], env={"COLUMNS": "200"}).output
+    for fmt in EXPORT_FORMATS:
+        assert fmt in help_text
+        ours = run.export(fmt, tmp_path / f"api.{fmt}")
+        theirs = tmp_path / f"cli.{fmt}"
+        result = CliRunner().invoke(app, ["export", str(run.path), "--format", fmt,
+                                          "--out", str(theirs)])
+        assert result.exit_code == 0, result.output
+        if fmt == "parquet":
+            assert pq.read_table(ours).equals(pq.read_table(theirs))
+        else:
+            assert ours.read_bytes() == theirs.read_bytes()
+    assert run.export("openai") == tmp_path / "run" / "records.openai.jsonl"
+    back = confide.import_file(tmp_path / "api.openai", tmp_path / "back", scorers=["msp"])
+    assert back.imported == 3
+    again = {r.item.id: r for r in confide.open_run(tmp_path / "back").records}
+    for record in run.records:
+        twin = again[record.item.id]
+        assert (twin.greedy.text, twin.greedy.tokens) == ("Paris", ["Par", "is"])
+        assert twin.item.references == record.item.references
+        np.testing.assert_array_equal(twin.greedy.token_logprobs, record.greedy.token_logprobs)
 
 
 def test_store_empty_database_file_is_no_run_and_stays_empty(tmp_path):

@@ -189,7 +189,7 @@ def parity(args: argparse.Namespace, python: Path, folder: Path) -> None:
 
     # confide's values: judge-free scorers once, judged scorers once per judge.
     ours: dict[str, list[float]] = {}
-    contexts = {j: ScoringContext(backend=backend, judge=make_judge(j), options={"seed": 0})
+    contexts = {j: ScoringContext(backend=backend, judge=make_judge(j), seed=0)
                 for j in JUDGES}
     for name in PLAIN:
         ours[name] = [run_scorer(SCORERS[name], r, contexts["exact"])[0] for r in records]
@@ -198,7 +198,7 @@ def parity(args: argparse.Namespace, python: Path, folder: Path) -> None:
             ours[f"{name}@{judge}"] = [run_scorer(SCORERS[name], r, ctx)[0] for r in records]
     # The forward-pass scorers, each record with its prompt; their passes are kept to feed
     # Polygraph the same unconditioned log-probabilities and attention weights.
-    forward_ctx = [ScoringContext(backend=backend, options={"seed": 0, "prompt": prompt})
+    forward_ctx = [ScoringContext(backend=backend, seed=0, prompt=prompt)
                    for prompt in prompts]
     for name in FORWARD:
         ours[name] = [run_scorer(SCORERS[name], r, c)[0] for r, c in zip(records, forward_ctx)]
@@ -534,7 +534,7 @@ def end_to_end(args: argparse.Namespace, python: Path, folder: Path) -> None:
                           n_samples=0, top_k_alternatives=200)
     results = backend.generate(prompts, spec, [item_seed(0, it.id) for it in task.items])
     records = [Record(item=it, greedy=r.greedy, samples=[]) for it, r in zip(task.items, results)]
-    contexts = [ScoringContext(backend=backend, options={"seed": 0, "prompt": p}) for p in prompts]
+    contexts = [ScoringContext(backend=backend, seed=0, prompt=p) for p in prompts]
     ours = {name: [run_scorer(SCORERS[name], r, c)[0] for r, c in zip(records, contexts)]
             for name in E2E_GREEDY}
 

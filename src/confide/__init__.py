@@ -1,99 +1,50 @@
 """confide: tells you when to trust a language model's answer.
 
-``import confide`` stays light (no torch, no scikit-learn): the errors are
-imported now, the API of :mod:`confide.api` on first use. IDEs and type
-checkers see every public name through the ``TYPE_CHECKING`` imports below,
-and ``dir(confide)`` lists them.
+``import confide`` stays light (no torch, no scikit-learn): each public name is
+imported on first use, the errors from :mod:`confide.core.errors` (catching one
+loads nothing else), the rest from :mod:`confide.api`. ``confide.api.__all__`` is
+the one list of public names: type checkers and IDEs read it through the star
+import below, and ``confide.__all__``, ``dir(confide)`` and the lookup read it
+from api.py's source, so none of them imports the API.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
-from confide.core.errors import (
-    BackendError,
-    CannotScore,
-    ConfideError,
-    ConfigMismatch,
-    InvalidInputError,
-    ModelLoadError,
-    StoreError,
-    UnknownNameError,
-)
-
 if TYPE_CHECKING:
-    from confide.api import (
-        EarlyAbstention,
-        Run,
-        RunConfig,
-        RunPlan,
-        ScoredAnswer,
-        SelfReflectResult,
-        StreamEnd,
-        TokenUpdate,
-        UncertaintySummary,
-        apply_learned,
-        default_run_dir,
-        evaluate,
-        execute,
-        fit_learned,
-        load_model,
-        make_report,
-        open_run,
-        prepare,
-        refine,
-        score,
-        selfreflect_distance,
-        stream,
-        summarize,
-    )
+    from confide.api import *  # noqa: F403  (every name of confide.api.__all__)
 
 __version__ = "0.1.0"
 
-# confide.api.__all__, loaded on first use (tests/test_api.py keeps the two equal)
-_API = ("EarlyAbstention", "Run", "RunConfig", "RunPlan", "ScoredAnswer", "SelfReflectResult",
-        "StreamEnd", "TokenUpdate", "UncertaintySummary", "apply_learned", "default_run_dir",
-        "evaluate", "execute", "fit_learned", "load_model", "make_report", "open_run", "prepare",
-        "refine", "score", "selfreflect_distance", "stream", "summarize")
 
-__all__ = [
-    "BackendError",
-    "CannotScore",
-    "ConfideError",
-    "ConfigMismatch",
-    "EarlyAbstention",
-    "InvalidInputError",
-    "ModelLoadError",
-    "Run",
-    "RunConfig",
-    "RunPlan",
-    "ScoredAnswer",
-    "SelfReflectResult",
-    "StoreError",
-    "StreamEnd",
-    "TokenUpdate",
-    "UncertaintySummary",
-    "UnknownNameError",
-    "__version__",
-    "apply_learned",
-    "default_run_dir",
-    "evaluate",
-    "execute",
-    "fit_learned",
-    "load_model",
-    "make_report",
-    "open_run",
-    "prepare",
-    "refine",
-    "score",
-    "selfreflect_distance",
-    "stream",
-    "summarize",
-]
+@functools.cache
+def _api_names() -> tuple[str, ...]:
+    """``confide.api.__all__``, read from api.py's source without importing it (nor torch);
+    the imported list where the source is not shipped."""
+    import ast
+    from pathlib import Path
+
+    try:
+        tree = ast.parse(Path(__file__).with_name("api.py").read_text(encoding="utf-8"))
+        return next(tuple(ast.literal_eval(node.value)) for node in tree.body
+                    if isinstance(node, ast.Assign)
+                    and [getattr(t, "id", None) for t in node.targets] == ["__all__"])
+    except (OSError, StopIteration, ValueError):
+        from confide import api
+
+        return tuple(api.__all__)
 
 
 def __getattr__(name: str) -> Any:
-    if name in _API:
+    if name == "__all__":  # computed on first use, so `import confide` reads no file
+        return sorted({*_api_names(), "__version__"})
+    if name in _api_names():
+        from confide.core import errors
+
+        if name in errors.__all__:  # `except confide.ConfideError` loads no model code
+            return getattr(errors, name)
         from confide import api
 
         return getattr(api, name)
@@ -101,4 +52,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    return sorted(set(globals()) | set(_api_names()))

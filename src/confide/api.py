@@ -1,10 +1,15 @@
-"""The public Python API: load_model, score, evaluate, open_run.
+"""The public Python API: every ``confide.*`` name, listed once in :data:`__all__`.
 
     >>> import confide
     >>> model = confide.load_model()                       # doctest: +SKIP
     >>> confide.score(model, ["Who wrote Hamlet?"])        # doctest: +SKIP
-    >>> run = confide.evaluate(model, task="triviaqa", limit=20)  # doctest: +SKIP
+    >>> run = confide.generate_and_evaluate(model, task="triviaqa", limit=20)  # doctest: +SKIP
     >>> run.table.rows[0].metrics["auroc"]                 # doctest: +SKIP
+
+The ``confide`` command reaches the rest of the package only through here
+(``tests/test_layers.py`` checks it): each command's work is a function of this
+module, and the CLI parses options and renders. Most are the stage's own function
+under a public name (``calibrate`` is :func:`confide.decisions.calibration.calibrate_run`).
 """
 
 from __future__ import annotations
@@ -15,26 +20,67 @@ from pathlib import Path
 from typing import Any, cast
 
 from confide.backends import Backend, item_seed, load_backend
-from confide.backends.models import DEFAULT_MODEL
-from confide.core.errors import InvalidInputError
-from confide.core.options import check_distribution
+from confide.core.errors import (
+    BackendError,
+    CannotScore,
+    ConfideError,
+    ConfigMismatch,
+    InvalidInputError,
+    ModelLoadError,
+    StoreError,
+    UnknownNameError,
+)
+from confide.core.options import DEFAULT_MODEL, check_distribution
 from confide.core.records import Item, Record
-from confide.decisions.refining import refine
+from confide.decisions.abstention import AbstentionFit
+from confide.decisions.abstention import abstain_run as abstain
+from confide.decisions.adaptive import AdaptiveReport, replay_adaptive
+from confide.decisions.calibration import CalibrationFit, load_calibrator
+from confide.decisions.calibration import calibrate_run as calibrate
+from confide.decisions.refining import RefineSummary, refine, refine_run
+from confide.decisions.routing import CascadeCurve, CascadePoint, cascade
+from confide.decisions.routing import route_models as route
+from confide.decisions.voting import VoteComparison, compare_votes
 from confide.equivalence.summary import UncertaintySummary, summarize
+from confide.evaluation.claims import ClaimTable, evaluate_claims
 from confide.evaluation.selfreflect import SelfReflectResult, selfreflect_distance
+from confide.evaluation.table import EvalTable
+from confide.grading.claims import ANSWER_GRADE
+from confide.ingest import detect_format
+from confide.metrics import METRICS, MetricSpec
 from confide.pipeline.answering import DEFAULT_SCORERS, Pipeline
-from confide.pipeline.plan import RunConfig, RunPlan, prepare, question_plan
+from confide.pipeline.plan import RunConfig, RunPlan, prepare, question_plan, sample_count
 from confide.pipeline.streaming import EarlyAbstention, StreamEnd, TokenUpdate, stream_answer
-from confide.runs.claims import ClaimConfig, claim_record
+from confide.runs.claims import ClaimConfig, ClaimOutcome, add_claims, claim_record
 from confide.runs.execution import Progress, RunOutcome
 from confide.runs.execution import execute as execute_plan
-from confide.runs.stored import Run, default_run_dir, evaluate, open_run
+from confide.runs.importing import import_file
+from confide.runs.labels import label_run as label
+from confide.runs.stored import Run, default_run_dir, generate_and_evaluate, open_run
+from confide.scorers import FAMILIES, SCORERS, Cost, ScorerSpec
+from confide.store.exports import EXPORT_FORMATS, export_run
+from confide.store.run_store import RunStore
+from confide.tasks import describe_tasks as list_tasks
 
-__all__ = ["EarlyAbstention", "Run", "RunConfig", "RunPlan", "ScoredAnswer", "SelfReflectResult",
-           "StreamEnd", "TokenUpdate", "UncertaintySummary", "apply_learned", "default_run_dir",
-           "evaluate", "execute", "fit_learned", "load_model", "make_report", "open_run", "prepare",
-           "refine",
-           "score", "selfreflect_distance", "stream", "summarize"]
+# The one list of public names: `confide/__init__.py` reads it (from this file's source,
+# so `dir(confide)` imports nothing) and serves each name from here on first use.
+__all__ = [
+    "AbstentionFit", "AdaptiveReport", "BackendError", "CalibrationFit", "CannotScore",
+    "CascadeCurve", "CascadePoint", "ClaimConfig", "ClaimStage", "ConfideError", "ConfigMismatch",
+    "DEFAULT_SCORERS", "EXPORT_FORMATS", "EarlyAbstention", "EvalTable", "Exported",
+    "InvalidInputError", "ModelLoadError", "Run", "RunConfig", "RunPlan", "ScoredAnswer",
+    "SelfReflectResult", "StoreError", "StreamEnd", "TokenUpdate", "UncertaintySummary",
+    "UnknownNameError", "VoteComparison", "abstain", "apply_learned", "build_server", "calibrate",
+    "cascade", "claim_stage", "compare_votes", "default_run_dir", "detect_format", "evaluate",
+    "execute", "export", "fit_learned", "generate_and_evaluate", "import_file", "label",
+    "list_metrics", "list_scorers", "list_tasks", "load_calibrator", "load_model", "make_report",
+    "open_run", "prepare", "refine", "replay_adaptive", "route", "run_server", "samples_needed",
+    "score", "selfreflect_distance", "stream", "summarize",
+]
+
+#: The former name of :func:`generate_and_evaluate` (``Run.evaluate`` became
+#: :meth:`Run.compute_table`), kept working.
+evaluate = generate_and_evaluate
 
 
 def load_model(model: str = DEFAULT_MODEL, *, backend: str = "hf", **options: Any) -> Backend:
@@ -199,3 +245,100 @@ def make_report(runs: str | Path | list[str | Path] | tuple[str | Path, ...],
     return write_comparison(list(runs), out or "compare.html", n_resamples=n_resamples)
 
 
+
+
+@dataclass(frozen=True)
+class Exported:
+    """Where :func:`export` wrote a run's records, and how many damaged records it could
+    not read (0 for an intact store)."""
+
+    path: Path
+    unreadable: int = 0
+
+
+def export(run: str | Path | Run, fmt: str = "jsonl", out: str | Path | None = None
+           ) -> Exported:
+    """Write a stored run's records in ``fmt`` (:data:`EXPORT_FORMATS`; what ``confide
+    export`` does) to ``out`` (default: in the run directory).
+
+    Opens only the store, so a damaged one still gives its readable records (the
+    others counted in :attr:`Exported.unreadable`). :meth:`Run.export` writes the same.
+    """
+    with RunStore.open(run.path if isinstance(run, Run) else run) as store:
+        return Exported(export_run(store, fmt, out), store.unreadable)
+
+
+def list_scorers() -> list[ScorerSpec]:
+    """The registered scorers, grouped by family (in listing order) and cheapest first
+    within a family: what ``confide scorers`` lists."""
+    families = list(dict.fromkeys([*FAMILIES, *(spec.family for spec in SCORERS.values())]))
+    costs = list(Cost)
+    return sorted(SCORERS.values(), key=lambda s: (families.index(s.family),
+                                                   costs.index(s.cost), s.name))
+
+
+def list_metrics() -> list[MetricSpec]:
+    """The registered evaluation metrics: what ``confide metrics`` lists."""
+    return list(METRICS.values())
+
+
+def samples_needed(scorers: Sequence[str], *, at_least: int = 0) -> int:
+    """Samples a run of ``scorers`` draws when it does not set ``n_samples``: the most any
+    of them asks for, and at least ``at_least`` (a claim stage's). Names not registered
+    are left for :func:`prepare` to refuse with the list of known ones."""
+    return sample_count([s for s in scorers if s in SCORERS], at_least=at_least)
+
+
+@dataclass
+class ClaimStage:
+    """What :func:`claim_stage` did: the claims added (``outcome``), their table
+    (intervals over answers), the refined answers (``refined``), and the answer-level
+    grade the claims gave (``answer_grader``; None when the claims are not graded)."""
+
+    outcome: ClaimOutcome
+    table: ClaimTable
+    refined: RefineSummary
+    answer_grader: str | None
+
+
+def claim_stage(run: str | Path, config: ClaimConfig | None = None, *,
+                backend: Backend | None = None, progress: Progress | None = None,
+                refined_out: str | Path | None = None) -> ClaimStage:
+    """The long-form stage of a stored run (``confide run --long-form``): split, score and
+    grade each answer's claims (:func:`confide.runs.claims.add_claims`, resumable), their
+    claim-level table, and each answer refined by a calibrator fitted on the graded claims
+    (:func:`confide.decisions.refining.refine_run`), written to ``refined_out`` (default
+    ``RUN/refined.jsonl``). ``backend`` defaults to the run's model, loaded if needed."""
+    config = config or ClaimConfig()
+    outcome = add_claims(run, config, backend=backend, progress=progress)
+    stored = open_run(run)
+    grader, seed = outcome.grader or "", stored.config.get("seed", 0)
+    table = evaluate_claims(stored.records, grader=grader, answers=False, seed=seed)
+    refined = refine_run(stored.records, scorer=config.scorer_for_refine, grader=grader,
+                         threshold=config.threshold, action=config.action,
+                         out=refined_out or Path(run) / "refined.jsonl", seed=seed)
+    graded = any(ANSWER_GRADE in r.grades for r in stored.records)
+    return ClaimStage(outcome, table, refined, ANSWER_GRADE if graded else None)
+
+
+def build_server(model: str = DEFAULT_MODEL, *, max_n: int | None = None,
+                 max_tokens: int | None = None, max_prompt_chars: int | None = None,
+                 **options: Any) -> Any:
+    """The OpenAI-compatible server of ``confide serve``: a FastAPI app with the model and
+    the fitted decisions loaded. ``max_n``, ``max_tokens``, ``max_prompt_chars`` bound a
+    request (default: :class:`confide.serve.models.Limits`); ``options`` go to
+    :func:`confide.serve.launch.build_app` (``backend``, ``scorers``, ``calibrator``,
+    ``policy``, ``log_run``, ...). Serve it with :func:`run_server`."""
+    from confide.serve.launch import build_app  # here: FastAPI and pydantic load on use
+    from confide.serve.models import Limits
+
+    bounds = {k: v for k, v in (("max_n", max_n), ("max_tokens", max_tokens),
+                                ("max_prompt_chars", max_prompt_chars)) if v is not None}
+    return build_app(model=model, limits=Limits(**bounds), **options)
+
+
+def run_server(app: Any, *, host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Serve an app of :func:`build_server` with uvicorn until interrupted."""
+    from confide.serve.launch import serve
+
+    serve(app, host=host, port=port)

@@ -83,7 +83,7 @@ def test_judge_grader_and_llm_judge_follow_the_same_rule():
     tops = [("Yes", 0.5), ("Maybe", 0.1)]  # "No" missing: bounded by 0.1, so 0.5 / 0.6
     backend = TopKBackend(tops)
     expected = 0.5 / 0.6
-    assert grade("Paris", Item("q", "Capital?", ["Paris"]), "judge",
+    assert grade("Paris", Item("q", "Capital?", ["Paris"]), "llm",
                  backend=backend) == pytest.approx(expected)
     judge = make_judge("llm", backend=backend)
     decision = judge.decide("Paris", "paris city", Item("q", "Capital?"))
@@ -94,7 +94,7 @@ def test_judge_grader_and_llm_judge_follow_the_same_rule():
 def test_unreadable_replies_are_errors_not_guesses():
     backend = TopKBackend([("Maybe", 1.0)])
     with pytest.raises(ConfideError, match="no Yes/No probability"):
-        grade("Paris", Item("q", "Capital?", ["Paris"]), "judge", backend=backend)
+        grade("Paris", Item("q", "Capital?", ["Paris"]), "llm", backend=backend)
     with pytest.raises(CannotScore):
         make_judge("llm", backend=backend).decide("Paris", "Lyon", Item("q", "Capital?"))
 

@@ -121,15 +121,15 @@ def test_neutral_prompt_and_rauq_alpha_follow_the_rendered_prompt(hf_model):
     assert len(plain) == 1 and plain != hf_model.neutral_prompt(chat=True)
     answer = hf_model.tokenizer(" Paris", add_special_tokens=False)["input_ids"]
     text_prompt = "Question: Capital of France?\nAnswer:"
-    assert _chat_prompt(ScoringContext(hf_model, options={"prompt": text_prompt})) is False
-    assert _chat_prompt(ScoringContext(hf_model, options={"prompt": QUESTION})) is True
+    assert _chat_prompt(ScoringContext(hf_model, prompt=text_prompt)) is False
+    assert _chat_prompt(ScoringContext(hf_model, prompt=QUESTION)) is True
     assert (RAUQ_ALPHA_BASE, RAUQ_ALPHA_CHAT) == (0.2, 0.5)
     values = {}
     for name, prompt in (("text", text_prompt), ("chat", QUESTION)):
         gen = Generation(" Paris", token_ids=answer, tokens=["Paris"] * len(answer),
                          token_logprobs=np.full(len(answer), -0.5))
         record = Record(Item("q", prompt), gen)
-        ctx = ScoringContext(hf_model, options={"prompt": prompt})
+        ctx = ScoringContext(hf_model, prompt=prompt)
         values[name] = run_scorer(SCORERS["pmi"], record, ctx)[0]
         u = hf_model.unconditioned_logprobs([answer], chat=name == "chat")[0]
         assert values[name] == pytest.approx(float(np.mean(-0.5 - u)))

@@ -20,7 +20,7 @@ from confide.backends.vllm import (
     to_generation,
     topk_statistics,
 )
-from confide.pipeline.answering import plan_scorers
+from confide.pipeline.scorer_plan import plan_scorers
 from confide.scorers import SCORERS
 
 # --- objects with the attribute names of vLLM's Logprob, CompletionOutput, RequestOutput ---

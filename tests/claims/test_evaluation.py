@@ -68,7 +68,7 @@ def test_evaluate_claims_points_equal_the_metrics_on_all_claims():
     records, answers = _records()
     conf = np.array([c for a in answers for c, _ in a])
     right = np.array([r for a in answers for _, r in a], dtype=float)
-    table = evaluate_claims(records, grader="judge", n_resamples=100)
+    table = evaluate_claims(records, grader="llm", n_resamples=100)
     assert (table.n_answers, table.n_claims) == (4, 8)
     row = next(r for r in table.rows if r.scorer == "claim_support")
     assert row.metrics["auroc"][0] == pytest.approx(auroc_score(conf, right))

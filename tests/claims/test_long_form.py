@@ -59,7 +59,7 @@ def test_long_form_run_stores_claims_mapped_to_the_answer(long_run):
             assert set(claim.scores) == set(ClaimConfig().scorers)
             for name, value in claim.scores.items():
                 assert not math.isnan(value) or claim.score_errors[name]
-            assert 0.0 <= claim.grades["judge"] <= 1.0
+            assert 0.0 <= claim.grades["llm"] <= 1.0
         assert 0.0 <= record.grades[ANSWER_GRADE] <= 1.0
         assert {"claim_support.min", "claim_support.mean", "claim_support.share",
                 "claim_mean_logprob.min"} <= set(record.scores)
@@ -93,7 +93,7 @@ def test_long_form_run_resumes_without_redoing_claims(long_run):
     assert again.exit_code == 0, again.output
     assert "nothing generated" in again.output
     outcome = add_claims(out, ClaimConfig())
-    assert outcome.done == 0 and outcome.resumed == 2 and outcome.grader == "judge"
+    assert outcome.done == 0 and outcome.resumed == 2 and outcome.grader == "llm"
     with pytest.raises(ConfigMismatch, match="splitter"):
         add_claims(out, ClaimConfig(splitter="model"))
 

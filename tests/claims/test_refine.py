@@ -51,9 +51,9 @@ def test_refine_with_a_calibrator_uses_calibrated_probabilities():
     for n, (conf, right) in enumerate([(0.1, 0), (0.2, 0), (0.3, 1), (0.7, 0), (0.8, 1),
                                        (0.9, 1)]):
         record = _record(f"Claim number {n}.", [conf])
-        record.claims[0].grades["judge"] = float(right)
+        record.claims[0].grades["llm"] = float(right)
         records.append(record)
-    calibrator = fit_claim_calibrator(records, "claim_support", grader="judge")
+    calibrator = fit_claim_calibrator(records, "claim_support", grader="llm")
     out = refine(records[2], 0.4, calibrator=calibrator)
     assert out.claims[0].confidence == pytest.approx(float(calibrator.predict(0.3)))
     assert out.claims[0].kept == (calibrator.predict(0.3) >= 0.4)

@@ -48,7 +48,7 @@ def test_explorer_colours_claims_by_confidence(browser, tmp_path):
     # claim_support 0, 0.5 (hue 0: red, 60: yellow) on the first answer
     assert marks[0][1] != marks[1][1] and all(m[1] for m in marks)
     table = page.eval("document.querySelector('tr.detail table.claims-table').textContent")
-    assert "judge" in table and "claim_support" in table and "✓" in table and "✗" in table
+    assert "llm" in table and "claim_support" in table and "✓" in table and "✗" in table
     assert page.eval("typeof window.__pwned") == "undefined"
     assert page.eval("document.querySelectorAll('img, iframe, object, embed').length") == 0
     assert page.problems() == []

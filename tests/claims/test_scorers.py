@@ -199,7 +199,7 @@ def test_claims_of_an_empty_answer_get_nan_with_the_reason():
 
 def test_a_scorer_of_the_wrong_level_is_refused_naming_the_level():
     from confide.core.errors import UnknownNameError
-    from confide.pipeline.answering import plan_scorers
+    from confide.pipeline.scorer_plan import plan_scorers
     from confide.runs.claims import ClaimConfig
     from confide.scorers import scorer_at
 

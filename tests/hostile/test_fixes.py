@@ -185,23 +185,60 @@ def test_writable_file_leaves_an_existing_file_and_no_new_one(tmp_path):
         writable_dir(old, "--out")
 
 
-@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0,
-                    reason="root writes into read-only folders")
-def test_read_only_folder_is_refused_with_the_option_named(tmp_path):
+def _unprivileged(check) -> None:
+    """Run ``check()`` as a user the folder's permissions bind: this process unless it is
+    root (as CI is), else a forked child that drops to ``nobody``; its failure is raised
+    here with the child's message."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        check()
+        return
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop root, run the check, report through the pipe
+        os.close(read)
+        message = b""
+        try:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            check()
+        except BaseException as exc:  # noqa: BLE001 (everything goes back to the parent)
+            message = f"{type(exc).__name__}: {exc}".encode() or b"failed"
+        os.write(write, message)
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        message = pipe.read()
+    os.waitpid(pid, 0)
+    assert not message, message.decode()
+
+
+def test_read_only_folder_is_refused_with_the_option_named():
+    """Runs as root too (CI does): the check runs as ``nobody`` in a forked child."""
+    import shutil
+    import tempfile
+
     from confide.core.paths import writable_dir, writable_file
 
-    folder = tmp_path / "ro"
+    base = Path(tempfile.mkdtemp(prefix="confide-ro-"))  # /tmp: every user may enter
+    base.chmod(0o755)
+    folder = base / "ro"
     folder.mkdir()
     folder.chmod(0o555)
-    try:
+
+    def check() -> None:
         with pytest.raises(InvalidInputError, match="--json: cannot write a file there"):
             writable_file(folder / "t.json", "--json")
         with pytest.raises(InvalidInputError, match="--out: cannot create its folder"):
             writable_file(folder / "sub" / "t.json", "--out")
         with pytest.raises(InvalidInputError, match="--out: cannot write a file there"):
             writable_dir(folder / "run", "--out")
+
+    try:
+        _unprivileged(check)
     finally:
         folder.chmod(0o755)
+        shutil.rmtree(base)
 
 
 def test_report_does_not_embed_the_data_files_folder(tmp_path, hf_model):
@@ -210,8 +247,8 @@ def test_report_does_not_embed_the_data_files_folder(tmp_path, hf_model):
     data = tmp_path / "private-folder" / "mine.jsonl"
     data.parent.mkdir()
     data.write_text('{"question": "What is the capital of France?", "references": ["Paris"]}\n')
-    run = confide.evaluate(hf_model, task=str(data), out=tmp_path / "run", max_new_tokens=4,
-                           scorers=("msp",))
+    run = confide.generate_and_evaluate(hf_model, task=str(data), out=tmp_path / "run",
+                                        max_new_tokens=4, scorers=("msp",))
     from confide.api import make_report as report
 
     html = Path(report(run.path)).read_text(encoding="utf-8")

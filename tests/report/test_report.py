@@ -343,8 +343,8 @@ def test_report_of_a_real_model_run(hf_model, tmp_path):
     from confide import api
     from confide.cli import app
 
-    run = api.evaluate(hf_model, task="triviaqa", limit=4, max_new_tokens=16,
-                       out=tmp_path / "real")
+    run = api.generate_and_evaluate(hf_model, task="triviaqa", limit=4, max_new_tokens=16,
+                                    out=tmp_path / "real")
     page = tmp_path / "real" / "report.html"
     # `confide run` on the stored run: nothing to generate (no model load); report by default
     args = ["run", "--task", "triviaqa", "--limit", "4", "--max-new-tokens", "16",

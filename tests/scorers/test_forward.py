@@ -103,7 +103,7 @@ def scored(hf_model):
                             [0])[0].greedy
     assert gen.n_tokens >= 3
     record = Record(Item("hamlet", "Who wrote the play Hamlet?"), gen)
-    ctx = ScoringContext(backend=hf_model, options={"prompt": QUESTION})
+    ctx = ScoringContext(backend=hf_model, prompt=QUESTION)
     return record, ctx
 
 
@@ -197,7 +197,7 @@ def test_forward_scorers_through_the_api(hf_model):
 
 def test_an_openai_backend_skips_the_forward_scorers_with_the_reason():
     from confide.backends.openai import OpenAIBackend
-    from confide.pipeline.answering import plan_scorers
+    from confide.pipeline.scorer_plan import plan_scorers
 
     backend = OpenAIBackend("m", base_url="http://127.0.0.1:9/v1", logprobs=True)
     names = ["pmi", "cpmi", "rauq", "attention_score", "renyi_negentropy", "fisher_rao", "msp"]

@@ -106,7 +106,7 @@ def test_judge_panel_averages_its_members_and_skips_unreadable_ones():
     assert score("judge_panel", ScriptedBackend("Correct", "no idea")) == pytest.approx(1.0)
     two = ScriptedBackend("Correct", "40"), ScriptedBackend("Incorrect", "20")
     value, reason = run_scorer(SCORERS["judge_panel"], record(), ScoringContext(
-        options={"judge_backends": list(two)}))
+        judge_backends=list(two)))
     assert reason is None and value == pytest.approx((1 + 0.4 + 0 + 0.2) / 4)
 
 

@@ -362,8 +362,9 @@ def test_semantic_scorers_document_formula_and_source(name):
 def test_real_model_run_with_three_samples(hf_model, tmp_path):
     from confide import api
 
-    run = api.evaluate(hf_model, task="triviaqa", scorers=["semantic_entropy", "agreement"],
-                       n_samples=3, limit=4, max_new_tokens=16, out=tmp_path / "run")
+    run = api.generate_and_evaluate(hf_model, task="triviaqa",
+                                    scorers=["semantic_entropy", "agreement"], n_samples=3,
+                                    limit=4, max_new_tokens=16, out=tmp_path / "run")
     assert len(run.records) == 4
     for r in run.records:
         assert len(r.samples) == 3 and all(s.token_logprobs is not None for s in r.samples)

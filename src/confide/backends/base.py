@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, cast, runtime_checkable
 
 from confide.core.errors import InvalidInputError
+from confide.core.needs import Need
 from confide.core.options import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, check_option, check_stop
 from confide.core.records import Generation, Message
 from confide.core.registry import Registry, load_object
@@ -129,7 +130,7 @@ TokenCallback = Callable[[TokenEvent], "str | None"]
 @runtime_checkable
 class Backend(Protocol):
     name: str
-    capabilities: frozenset[str]
+    capabilities: frozenset[Need]
     has_chat_template: bool
 
     def generate(self, prompts: list[Prompt], spec: GenerationSpec,

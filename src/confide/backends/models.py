@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from confide.core.errors import ModelLoadError
+from confide.core.options import DEFAULT_MODEL  # the one default, beside the other run defaults
 
-__all__ = ["ALIASES", "ModelSource", "cache_dir", "resolve_model"]
-
-DEFAULT_MODEL = "smollm2"
+__all__ = ["ALIASES", "DEFAULT_MODEL", "ModelSource", "cache_dir", "resolve_model"]
 
 
 def _smollm2_gguf() -> Path:

@@ -72,6 +72,7 @@ from confide.backends.base import (
 )
 from confide.backends.openai_logprobs import MalformedResponse, generation_from_choice
 from confide.core.errors import BackendError, BackendTimeout, InvalidInputError, RateLimited
+from confide.core.needs import Need
 from confide.core.records import Generation, Message
 
 __all__ = ["OpenAIBackend", "endpoint_url"]
@@ -248,10 +249,10 @@ class OpenAIBackend(Backend, Streams, GeneratesAsync):
         return self._logprobs
 
     @property
-    def capabilities(self) -> frozenset[str]:  # type: ignore[override]
-        caps = {"samples", "extra_prompt"}
+    def capabilities(self) -> frozenset[Need]:  # type: ignore[override]
+        caps = {Need.SAMPLES, Need.EXTRA_PROMPT}
         if self.logprobs:
-            caps |= {"token_logprobs", "top_logprobs"}
+            caps |= {Need.TOKEN_LOGPROBS, Need.TOP_LOGPROBS}
         return frozenset(caps)
 
     def config(self) -> dict[str, Any]:

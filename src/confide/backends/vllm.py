@@ -55,6 +55,7 @@ from confide.backends.base import (
 )
 from confide.backends.models import DEFAULT_MODEL, resolve_model
 from confide.core.errors import InvalidInputError, ModelLoadError
+from confide.core.needs import Need
 from confide.core.records import Generation
 
 __all__ = ["STATS_LOGPROBS", "TAIL_FLOOR", "TokenText", "VLLMBackend", "assemble",
@@ -302,9 +303,9 @@ class VLLMBackend(Backend, Tokenizes, HasContextWindow):
         self._pieces: dict[int, str] = {}
 
     @property
-    def capabilities(self) -> frozenset[str]:  # type: ignore[override]
-        exact = {"token_logprobs", "top_logprobs", "samples", "extra_prompt"}
-        return frozenset(exact | ({"token_entropies", "token_kl_uniform"}
+    def capabilities(self) -> frozenset[Need]:  # type: ignore[override]
+        exact = {Need.TOKEN_LOGPROBS, Need.TOP_LOGPROBS, Need.SAMPLES, Need.EXTRA_PROMPT}
+        return frozenset(exact | ({Need.TOKEN_ENTROPIES, Need.TOKEN_KL_UNIFORM}
                                   if self.approximate else set()))
 
     def config(self) -> dict[str, Any]:

@@ -1,4 +1,7 @@
-"""The decision commands: ``calibrate``, ``abstain``, ``route``, ``vote``."""
+"""The decision commands: ``calibrate``, ``abstain``, ``route``, ``vote``.
+
+Each command imports :mod:`confide.api` in its body, not at the top, so that
+``confide --help`` loads no model code."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import typer
 
 from confide.cli.app import app, console, output_dir, output_file, user_errors
 from confide.core.errors import InvalidInputError
+from confide.core.options import DEFAULT_MODEL, DEFAULT_TASK
 
 
 @app.command()
@@ -22,11 +26,11 @@ def calibrate(
                                                      "(default: in the run directory)")] = None,
 ) -> None:
     """Fit a calibrator (confidence → probability of being right) on a graded run; save JSON."""
+    from confide import api
     from confide.cli.decision_tables import render_calibration
-    from confide.decisions.calibration import calibrate_run
 
     with user_errors():
-        fit = calibrate_run(run_dir, scorer, method=method, grader=grader,  # type: ignore[arg-type]
+        fit = api.calibrate(run_dir, scorer, method=method, grader=grader,  # type: ignore[arg-type]
                             n_bins=bins)
         path = fit.calibrator.save(output_file(
             out or run_dir / f"calibrator-{scorer}-{method}.json", "--out"))
@@ -49,13 +53,12 @@ def abstain(
                                                      "(default: in the run directory)")] = None,
 ) -> None:
     """Choose an answer/abstain threshold with P(error rate <= alpha) >= 1 - delta; save JSON."""
+    from confide import api
     from confide.cli.decision_tables import render_abstention
-    from confide.decisions.abstention import abstain_run
-    from confide.decisions.calibration import load_calibrator
 
     with user_errors():
-        cal = load_calibrator(calibrator) if calibrator else None
-        fit = abstain_run(run_dir, scorer, alpha=alpha, delta=delta, calibrator=cal,
+        cal = api.load_calibrator(calibrator) if calibrator else None
+        fit = api.abstain(run_dir, scorer, alpha=alpha, delta=delta, calibrator=cal,
                           grader=grader, seed=seed)
         path = fit.policy.save(output_file(
             out or run_dir / f"policy-{scorer}-a{alpha:g}-d{delta:g}.json", "--out"))
@@ -70,10 +73,10 @@ def route(
     large_run: Annotated[Optional[Path], typer.Option(help="stored run of the large model")
                          ] = None,
     small_model: Annotated[str, typer.Option(
-        help="without runs: the small model to run")] = "smollm2",
+        help="without runs: the small model to run")] = DEFAULT_MODEL,
     large_model: Annotated[str, typer.Option(
         help="without runs: the large model to run on the same items")] = "gemma3-270m",
-    task: Annotated[str, typer.Option(help="with models: the task")] = "triviaqa",
+    task: Annotated[str, typer.Option(help="with models: the task")] = DEFAULT_TASK,
     limit: Annotated[int, typer.Option(help="with models: number of items")] = 40,
     max_new_tokens: Annotated[Optional[int], typer.Option(help="with models: answer budget")
                               ] = None,
@@ -91,14 +94,14 @@ def route(
 
     With no runs given, runs both bundled models (SmolLM2-135M → Gemma-3-270m) on the
     same items of --task first (resumable)."""
+    from confide import api
     from confide.cli.decision_tables import render_cascade
-    from confide.decisions.routing import cascade, route_models
 
     if out is not None:
         out = output_dir(out, "--out")
     with user_errors():
         if small_run and large_run:
-            curve = cascade(small_run, large_run, scorer=scorer, grader=grader)
+            curve = api.cascade(small_run, large_run, scorer=scorer, grader=grader)
         elif small_run or large_run:
             raise InvalidInputError("give both --small-run and --large-run, or neither (then "
                                     "--small-model and --large-model run on --task)",
@@ -107,8 +110,8 @@ def route(
             settings: dict[str, Any] = {"limit": limit}
             if max_new_tokens:
                 settings["max_new_tokens"] = max_new_tokens
-            curve = route_models(small_model, large_model, task=task, scorer=scorer, out=out,
-                                 **settings)
+            curve = api.route(small_model, large_model, task=task, scorer=scorer, out=out,
+                              **settings)
         chosen = None
         if target_accuracy is not None or budget is not None:
             chosen = curve.choose(target_accuracy=target_accuracy, budget=budget,
@@ -128,14 +131,13 @@ def vote(
         help="also replay adaptive sampling against fixed k")] = True,
 ) -> None:
     """Majority vote vs confidence-weighted vote (CISC) over samples; adaptive stopping."""
+    from confide import api
     from confide.cli.decision_tables import render_adaptive, render_votes
-    from confide.decisions.adaptive import replay_adaptive
-    from confide.decisions.voting import compare_votes
 
     with user_errors():
-        cmp = compare_votes(run_dir, temperature=temperature, k=k, judge=judge, grader=grader,
-                            temperatures=(0.01, 1.0, 100.0))
-        report = replay_adaptive(run_dir, judge=judge, grader=grader) if adaptive else None
+        cmp = api.compare_votes(run_dir, temperature=temperature, k=k, judge=judge,
+                                grader=grader, temperatures=(0.01, 1.0, 100.0))
+        report = api.replay_adaptive(run_dir, judge=judge, grader=grader) if adaptive else None
     render_votes(console, cmp)
     if report is not None:
         render_adaptive(console, report)

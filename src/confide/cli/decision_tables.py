@@ -5,17 +5,22 @@ The CLI's alone: the decisions themselves return data and never print."""
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from confide.decisions.abstention import AbstentionFit
-from confide.decisions.adaptive import AdaptiveReport
-from confide.decisions.calibration import CalibrationFit
-from confide.decisions.routing import CascadeCurve, CascadePoint
-from confide.decisions.voting import VoteComparison
+if TYPE_CHECKING:  # only annotations: the commands import the API when they run
+    from confide.api import (
+        AbstentionFit,
+        AdaptiveReport,
+        CalibrationFit,
+        CascadeCurve,
+        CascadePoint,
+        VoteComparison,
+    )
 
 __all__ = ["render_abstention", "render_adaptive", "render_calibration", "render_cascade",
            "render_votes"]

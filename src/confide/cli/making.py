@@ -1,5 +1,8 @@
 """Commands that make or add to a run: ``run``, ``score`` (import existing generations),
-``label`` (attach correctness later)."""
+``label`` (attach correctness later).
+
+Each command imports :mod:`confide.api` in its body, not at the top, so that
+``confide --help`` loads no model code."""
 
 from __future__ import annotations
 
@@ -23,26 +26,33 @@ from confide.cli.app import (
     user_errors,
 )
 from confide.core.errors import InvalidInputError
-from confide.core.options import DEFAULT_TEMPERATURE, DEFAULT_TOP_P
+from confide.core.options import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_LIMIT,
+    DEFAULT_MODEL,
+    DEFAULT_TASK,
+    DEFAULT_TEMPERATURE,
+    DEFAULT_TOP_P,
+)
 
 
 @app.command()
 def run(
     model: Annotated[str, typer.Option(help="bundled alias, .gguf file, model dir or hub id")
-                     ] = "smollm2",
+                     ] = DEFAULT_MODEL,
     task: Annotated[str, typer.Option(help="task name or data file (.jsonl/.csv/.parquet)")
-                    ] = "triviaqa",
+                    ] = DEFAULT_TASK,
     data: Annotated[Optional[str], typer.Option(help="full data file for a built-in task")
                     ] = None,
     limit: Annotated[Optional[int], typer.Option(
         help="number of items (0 = all); 200 TriviaQA questions give enough right answers "
-             "to separate scorers (benchmarks/prompting.py)")] = 200,
+             "to separate scorers (benchmarks/prompting.py)")] = DEFAULT_LIMIT,
     max_new_tokens: Annotated[Optional[int], typer.Option(help="answer budget")] = None,
     scorers: Annotated[Optional[str], typer.Option(help="comma-separated scorer names")] = None,
     grader: Annotated[Optional[str], typer.Option(help="grader (default: the task's)")] = None,
     out: Annotated[Optional[Path], typer.Option(help="run directory")] = None,
     seed: Annotated[int, typer.Option(help="run seed")] = 0,
-    batch_size: Annotated[int, typer.Option(help="rows per forward pass")] = 8,
+    batch_size: Annotated[int, typer.Option(help="rows per forward pass")] = DEFAULT_BATCH_SIZE,
     backend: Annotated[str, typer.Option(help="model backend")] = "hf",
     report: Annotated[bool, typer.Option("--report/--no-report",
                                          help="write RUN/report.html at the end")] = True,
@@ -102,33 +112,29 @@ def run(
     """Generate, score, grade and store a run; print how well each scorer predicts correctness."""
     from confide import api
     from confide.core.options import check_distribution
-    from confide.pipeline.plan import DEFAULT_SCORERS, RunConfig, sample_count
-    from confide.runs.claims import ClaimConfig
 
     chosen = tuple(s.strip() for s in scorers.split(",") if s.strip()) if scorers \
-        else DEFAULT_SCORERS
+        else api.DEFAULT_SCORERS
     mapping = {"question_field": question_field, "id_field": id_field,
                "choices_field": choices_field, "alias_separator": alias_separator,
                "reference_field": [f.strip() for f in reference_field.split(",") if f.strip()]
                if reference_field else None, "long_form": long_form or None,
                "prompt": None if prompt == "auto" else prompt,
                "fewshot": str(fewshot) if fewshot else None}
-    claim_config = ClaimConfig() if long_form else None
+    claim_config = api.ClaimConfig() if long_form else None
     if claim_config is not None and samples is None:  # the claim scorers' samples too
-        from confide.scorers import SCORERS
-
-        samples = sample_count([s for s in chosen if s in SCORERS],
-                               at_least=claim_config.n_samples)
+        samples = api.samples_needed(chosen, at_least=claim_config.n_samples)
     try:  # the ranges live in confide.core.options; a bad value is a usage error naming the option
-        config = RunConfig(model=model, backend=backend, task=task, data_path=data,
-                           limit=limit or None, scorers=chosen, grader=grader,
-                           max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size,
-                           n_samples=samples, temperature=temperature, top_p=top_p,
-                           judge=judge,
-                           judge_options={"model": judge_model} if judge_model else {},
-                           hidden_layers=int_list(hidden_layers, "--hidden-layers"),
-                           on_bad_record=on_bad_record,
-                           task_options={k: v for k, v in mapping.items() if v is not None})
+        config = api.RunConfig(model=model, backend=backend, task=task, data_path=data,
+                               limit=limit, scorers=chosen, grader=grader,
+                               max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size,
+                               n_samples=samples, temperature=temperature, top_p=top_p,
+                               judge=judge,
+                               judge_options={"model": judge_model} if judge_model else {},
+                               hidden_layers=int_list(hidden_layers, "--hidden-layers"),
+                               on_bad_record=on_bad_record,
+                               task_options={k: v for k, v in mapping.items()
+                                             if v is not None})
         check_distribution(ray, workers, threads_per_worker)
     except InvalidInputError as exc:
         raise typer.BadParameter(str(exc).removeprefix(f"{exc.field}: "),
@@ -212,12 +218,11 @@ def score(
              "files of 32 MB or more; 1: this process only)")] = None,
 ) -> None:
     """Score a file of existing generations into a run (then eval, report, calibrate ...)."""
-    from confide.ingest import detect_format
-    from confide.runs.importing import import_file
+    from confide import api
 
     target = output_dir(out, "--out")
     with user_errors():
-        chosen = detect_format(file) if fmt == "auto" else fmt
+        chosen = api.detect_format(file) if fmt == "auto" else fmt
         console.print(f"reading {escape(str(file))} as {chosen}"
                       + (" (detected)" if fmt == "auto" else ""))
         bar, update = progress_bar(file.name)
@@ -228,7 +233,7 @@ def score(
 
         try:
             with bar:
-                outcome = import_file(
+                outcome = api.import_file(
                     file, target, format=fmt, scorers=scorers, grader=grader, answer=answer,
                     greedy_file=greedy_file, on_bad_record=on_bad_record,
                     label_field=label_field, progress=tick, workers=workers)
@@ -261,10 +266,10 @@ def label(
                            ] = "label",
 ) -> None:
     """Attach correctness labels from a file to a run, as a grader of their own name."""
-    from confide.runs.labels import label_run
+    from confide import api
 
     with user_errors():
-        n = label_run(run_dir, labels, name=name, id_field=id_field, label_field=label_field)
+        n = api.label(run_dir, labels, name=name, id_field=id_field, label_field=label_field)
     console.print(f"labelled {n} record(s) of {run_dir} as {escape(name)!r}; read them with "
                   f"confide eval {run_dir} --grader {escape(name)}")
 
@@ -274,25 +279,15 @@ def _long_form(target: Path, claim_config: Any, loaded: Any) -> str | None:
     Returns the answer grade to show in the run's table (None: the run's own grader)."""
     from confide import api
     from confide.cli.tables import render_eval_table
-    from confide.decisions.refining import refine_run
-    from confide.evaluation.claims import evaluate_claims
-    from confide.grading.claims import ANSWER_GRADE
-    from confide.runs.claims import add_claims
 
+    refined = output_file(target / "refined.jsonl", "--long-form")
     bar, update = progress_bar("claims")
-    with user_errors():
-        with bar:
-            outcome = add_claims(target, claim_config, backend=loaded, progress=update)
-        run = api.open_run(target)
-        grader = outcome.grader or ""
-        table = evaluate_claims(run.records, grader=grader, answers=False,
-                                seed=run.config.get("seed", 0))
-        render_eval_table(console, table.as_eval_table(),
-                          title=f"claims of {table.n_answers} answers (intervals over answers)")
-        summary = refine_run(run.records, scorer=claim_config.scorer_for_refine, grader=grader,
-                             threshold=claim_config.threshold, action=claim_config.action,
-                             out=output_file(target / "refined.jsonl", "--long-form"),
-                             seed=run.config.get("seed", 0))
+    with user_errors(), bar:
+        stage = api.claim_stage(target, claim_config, backend=loaded, progress=update,
+                                refined_out=refined)
+    table, summary = stage.table, stage.refined
+    render_eval_table(console, table.as_eval_table(),
+                      title=f"claims of {table.n_answers} answers (intervals over answers)")
     if summary.note:
         console.print(f"refine: {escape(summary.note)}")
     else:
@@ -300,4 +295,4 @@ def _long_form(target: Path, claim_config: Any, loaded: Any) -> str | None:
                       f"{summary.kept} of {summary.n} graded claims; right "
                       f"{summary.accuracy_all:.3f} of all → {summary.accuracy_kept:.3f} of kept "
                       f"(cross-fitted); answers in {summary.path}")
-    return ANSWER_GRADE if any(ANSWER_GRADE in r.grades for r in run.records) else None
+    return stage.answer_grader

@@ -1,5 +1,8 @@
 """Commands that read stored runs: ``eval``, ``report``, ``compare``, ``export``, ``fit``,
-and the listings ``scorers``, ``tasks``, ``metrics``."""
+and the listings ``scorers``, ``tasks``, ``metrics``.
+
+Each command imports :mod:`confide.api` in its body, not at the top, so that
+``confide --help`` loads no model code."""
 
 from __future__ import annotations
 
@@ -53,33 +56,24 @@ def compare(
 def scorers() -> None:
     """List the registered scorers by family and cost, with their level (answer or claim)
     and what they need."""
+    from confide import api
     from confide.cli.tables import print_table
-    from confide.scorers import FAMILIES, SCORERS, Cost
 
-    families = list(dict.fromkeys([*FAMILIES, *(spec.family for spec in SCORERS.values())]))
-    costs = list(Cost)
-    rows = []
-    for family in families:
-        specs = sorted((s for s in SCORERS.values() if s.family == family),
-                       key=lambda s: (costs.index(s.cost), s.name))
-        rows += [[spec.name, family, spec.cost.value, spec.level,
-                  ", ".join(sorted(n.value for n in spec.needs)) or "–", escape(spec.summary)]
-                 for spec in specs]
+    rows = [[spec.name, spec.family, spec.cost.value, spec.level,
+             ", ".join(sorted(n.value for n in spec.needs)) or "–", escape(spec.summary)]
+            for spec in api.list_scorers()]
     print_table(console, ["scorer", "family", "cost", "level", "needs", "summary"], rows)
 
 
 @app.command()
 def tasks() -> None:
     """List the built-in tasks with size, format and default grader."""
+    from confide import api
     from confide.cli.tables import print_table
-    from confide.tasks import TASKS, load_task
 
-    rows = []
-    with user_errors():
-        for spec in TASKS.values():
-            loaded = load_task(spec.name)
-            rows.append([spec.name, str(len(loaded.items)), spec.format, spec.grader,
-                         escape(spec.summary)])
+    with user_errors():  # each bundled task is loaded to count its items
+        rows = [[t["name"], str(t["size"]), t["format"], t["grader"], escape(t["summary"])]
+                for t in api.list_tasks()]
     print_table(console, ["task", "items (bundled)", "format", "grader", "summary"], rows)
 
 
@@ -92,15 +86,14 @@ def export(
     out: Annotated[Optional[Path], typer.Option(help="output file")] = None,
 ) -> None:
     """Export a run's records: one row per record, one column per scorer and grader."""
-    from confide.store.exports import export_run
-    from confide.store.run_store import RunStore
+    from confide import api
 
-    with user_errors(), RunStore.open(run_dir) as store:  # also a damaged store: recovers
-        path = export_run(store, fmt, out)
-        unreadable = store.unreadable
-    console.print(f"wrote {path}")
-    if unreadable:
-        err_console.print(f"[yellow]{unreadable} damaged record(s) could not be read[/yellow]")
+    with user_errors():  # also a damaged store: its readable records
+        done = api.export(run_dir, fmt, out)
+    console.print(f"wrote {done.path}")
+    if done.unreadable:
+        err_console.print(f"[yellow]{done.unreadable} damaged record(s) could not be "
+                          "read[/yellow]")
 
 
 @app.command(name="eval")
@@ -135,14 +128,12 @@ def eval_(
         result = api.open_run(run_dir)
         if with_:
             api.apply_learned(result, with_)
-        table = result.evaluate(grader=grader, metrics=names, n_resamples=resamples,
-                                metric_options={k: v for k, v in options.items() if k in names})
+        table = result.compute_table(grader=grader, metrics=names, n_resamples=resamples,
+                                     metric_options={k: v for k, v in options.items()
+                                                     if k in names})
     render_eval_table(console, table, title=str(run_dir), skipped=result.skipped_scorers)
-    from confide.store.run_store import RunStore
-
-    with user_errors(), RunStore.open(run_dir) as store:  # imported runs: bounds, not values
-        for stat, note in (store.get_meta("approximate", {}) or {}).items():
-            console.print(f"  note: {escape(stat)} are {escape(note)}")
+    for stat, note in result.approximate.items():  # imported runs: bounds, not values
+        console.print(f"  note: {escape(stat)} are {escape(note)}")
     if json_out:
         from confide.core.paths import write_text
 
@@ -204,10 +195,10 @@ def fit_(
 @app.command(name="metrics")
 def list_metrics() -> None:
     """List the registered evaluation metrics."""
+    from confide import api
     from confide.cli.tables import print_table
-    from confide.metrics import METRICS
 
     print_table(console, ["metric", "kind", "direction", "on probabilities", "summary"],
                 [[spec.name, spec.kind, "higher better" if spec.higher_is_better
                   else "lower better", "yes" if spec.needs_probabilities else "",
-                  escape(spec.summary)] for spec in METRICS.values()])
+                  escape(spec.summary)] for spec in api.list_metrics()])

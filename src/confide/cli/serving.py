@@ -1,4 +1,7 @@
-"""``confide serve``: the OpenAI-compatible server with confidences."""
+"""``confide serve``: the OpenAI-compatible server with confidences.
+
+The command imports :mod:`confide.api` in its body, not at the top, so that
+``confide --help`` loads no model code."""
 
 from __future__ import annotations
 
@@ -8,12 +11,14 @@ from typing import Annotated, Optional
 import typer
 
 from confide.cli.app import app, err_console, output_dir, user_errors
+from confide.core.options import DEFAULT_MODEL
 
 
 @app.command()
 def serve(
     model: Annotated[str, typer.Option(help="hf: bundled alias, .gguf, dir or hub id; "
-                                            "openai: the upstream's model name")] = "smollm2",
+                                            "openai: the upstream's model name")
+                     ] = DEFAULT_MODEL,
     backend: Annotated[str, typer.Option(help="hf (local model) or openai (upstream URL)")
                        ] = "hf",
     base_url: Annotated[Optional[str], typer.Option(help="--backend openai: upstream API root")
@@ -52,25 +57,22 @@ def serve(
              "label) and evaluate (confide eval/report) later; a restart appends")] = None,
 ) -> None:
     """Serve a model over an OpenAI-compatible API, with confidences in every reply."""
-    from confide.serve.launch import build_app
-    from confide.serve.launch import serve as run_server
-    from confide.serve.models import Limits
+    from confide import api
 
     chosen = tuple(s.strip() for s in scorers.split(",") if s.strip()) if scorers else None
     if log_run is not None:  # before the model loads
         log_run = output_dir(log_run, "--log-run")
     with user_errors():
-        server = build_app(model=model, backend=backend, base_url=base_url,
-                           api_key_env=api_key_env, scorers=chosen,
-                           calibrator=str(calibrator) if calibrator else None,
-                           policy=str(policy) if policy else None,
-                           abstain_message=abstain_message,
-                           limits=Limits(max_n=max_n, max_tokens=max_tokens,
-                                         max_prompt_chars=max_prompt_chars),
-                           timeout=timeout, max_batch=max_batch, long_form=long_form,
-                           early_abstain_below=early_abstain_below,
-                           early_abstain_after=early_abstain_after,
-                           summary_samples=summary_samples,
-                           log_run=str(log_run) if log_run else None)
+        server = api.build_server(model, backend=backend, base_url=base_url,
+                                  api_key_env=api_key_env, scorers=chosen,
+                                  calibrator=str(calibrator) if calibrator else None,
+                                  policy=str(policy) if policy else None,
+                                  abstain_message=abstain_message, max_n=max_n,
+                                  max_tokens=max_tokens, max_prompt_chars=max_prompt_chars,
+                                  timeout=timeout, max_batch=max_batch, long_form=long_form,
+                                  early_abstain_below=early_abstain_below,
+                                  early_abstain_after=early_abstain_after,
+                                  summary_samples=summary_samples,
+                                  log_run=str(log_run) if log_run else None)
     err_console.print(f"serving {model} on http://{host}:{port}/v1")
-    run_server(server, host=host, port=port)
+    api.run_server(server, host=host, port=port)

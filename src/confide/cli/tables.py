@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from rich.console import Console, RenderableType
 from rich.markup import escape
@@ -18,7 +19,9 @@ from rich.measure import Measurement
 from rich.table import Column, Table
 
 from confide.core.formatting import fmt_interval, fmt_number
-from confide.evaluation.table import EvalTable
+
+if TYPE_CHECKING:  # only annotations: the commands import the API when they run
+    from confide.api import EvalTable
 
 __all__ = ["print_table", "render_eval_table"]
 

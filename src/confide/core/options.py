@@ -24,7 +24,8 @@ from typing import Any
 
 from confide.core.errors import InvalidInputError
 
-__all__ = ["CHOICES", "DEFAULT_TEMPERATURE", "DEFAULT_TOP_P", "MAX_STOP_SEQUENCES", "RANGES",
+__all__ = ["CHOICES", "DEFAULT_BATCH_SIZE", "DEFAULT_LIMIT", "DEFAULT_MODEL", "DEFAULT_SAMPLES",
+           "DEFAULT_TASK", "DEFAULT_TEMPERATURE", "DEFAULT_TOP_P", "MAX_STOP_SEQUENCES", "RANGES",
            "Range", "check_choice", "check_distribution", "check_hidden_layers", "check_option",
            "check_prompt_fits", "check_sampling", "check_stop"]
 
@@ -35,6 +36,20 @@ MAX_STOP_SEQUENCES = 4  # what the OpenAI API allows
 # gives mostly distinct answers, so samples keep the top-p 0.9 nucleus.
 DEFAULT_TEMPERATURE = 1.0
 DEFAULT_TOP_P = 0.9
+
+# What a run is made of unless it says otherwise: RunConfig (the API), `confide run` and
+# `confide route` read these, so the API and the CLI make the same run by default. Here in
+# core, not beside the code that uses them, because the CLI's option defaults need them
+# without importing the API (`confide --help` stays fast).
+DEFAULT_MODEL = "smollm2"  # the bundled SmolLM2-135M-Instruct (confide.backends.models)
+DEFAULT_TASK = "triviaqa"
+# 200 TriviaQA questions give SmolLM2 enough right answers to separate scorers
+# (benchmarks/prompting.py). A limit of 0 (or None) means every item, in the CLI and the API.
+DEFAULT_LIMIT = 200
+DEFAULT_BATCH_SIZE = 8
+# Samples each answer-level sampling scorer asks for (scorers/sampling.py, semantic.py,
+# relevance.py, consistency.py), so a run draws this many unless it sets n_samples.
+DEFAULT_SAMPLES = 10
 
 
 @dataclass(frozen=True)

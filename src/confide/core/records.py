@@ -13,6 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from confide.core.jsonsafe import json_safe
+from confide.core.needs import TOKEN_STATISTICS
+
 __all__ = ["Claim", "DIVERGENCE_TEMPERATURE", "Generation", "Item", "Message", "RENYI_ALPHA",
            "Record"]
 
@@ -70,8 +73,7 @@ class Item:
 DIVERGENCE_TEMPERATURE = 2.0
 RENYI_ALPHA = 0.5
 
-_ARRAY_FIELDS = ("token_logprobs", "token_entropies", "token_kl_uniform", "token_renyi_uniform",
-                 "token_fisher_rao_uniform", "top_logprobs")
+_ARRAY_FIELDS = tuple(stat.value for stat in TOKEN_STATISTICS)
 
 
 @dataclass
@@ -164,7 +166,7 @@ class Claim:
     def to_dict(self) -> dict[str, Any]:
         return {"text": self.text, "start": self.start, "end": self.end,
                 "tokens": list(self.tokens),
-                "scores": {k: (None if math.isnan(v) else v) for k, v in self.scores.items()},
+                "scores": json_safe(self.scores),
                 "score_errors": dict(self.score_errors), "grades": dict(self.grades)}
 
     @classmethod
@@ -202,7 +204,7 @@ class Record:
             "greedy": self.greedy.to_dict(),
             "samples": [s.to_dict() for s in self.samples],
             # JSON has no NaN: store None and keep the reason next to it.
-            "scores": {k: (None if math.isnan(v) else v) for k, v in self.scores.items()},
+            "scores": json_safe(self.scores),
             "score_errors": dict(self.score_errors),
             "grades": dict(self.grades),
             "seconds": self.seconds,

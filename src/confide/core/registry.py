@@ -26,6 +26,7 @@ class Registry(Generic[T]):
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._entries: dict[str, T] = {}
+        self._aliases: dict[str, str] = {}  # a former name -> the name it has now
 
     def add(self, name: str, entry: T) -> T:
         if name in self._entries:
@@ -33,9 +34,19 @@ class Registry(Generic[T]):
         self._entries[name] = entry
         return entry
 
+    def alias(self, old: str, name: str) -> None:
+        """Let the former name ``old`` find ``name``'s entry; listings show only ``name``."""
+        if old in self._entries or old in self._aliases:
+            raise ValueError(f"{self.kind} {old!r} is already registered")
+        self._aliases[old] = name
+
+    def canonical(self, name: str) -> str:
+        """The registered name ``name`` stands for (itself unless it is a former name)."""
+        return self._aliases.get(name, name)
+
     def __getitem__(self, name: str) -> T:
         try:
-            return self._entries[name]
+            return self._entries[self.canonical(name)]
         except KeyError:
             raise UnknownNameError(self._unknown_message(name)) from None
 
@@ -46,7 +57,7 @@ class Registry(Generic[T]):
         return f"unknown {self.kind} {name!r}.{hint} Known {self.kind}s: {', '.join(known)}"
 
     def __contains__(self, name: object) -> bool:
-        return name in self._entries
+        return name in self._entries or name in self._aliases
 
     def __iter__(self) -> Iterator[str]:
         return iter(sorted(self._entries))

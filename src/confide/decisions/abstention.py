@@ -81,6 +81,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from confide.core.errors import InvalidInputError
+from confide.core.jsonsafe import json_safe
 from confide.decisions.calibration import check_header, read_json, write_json
 
 if TYPE_CHECKING:
@@ -162,7 +163,7 @@ class AbstentionPolicy:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
         # JSON has no inf or NaN: an infeasible policy stores null
         for name in ("threshold", "risk", "risk_upper"):
-            d[name] = None if not math.isfinite(d[name]) else d[name]
+            d[name] = json_safe(d[name])
         return {"kind": _KIND, "version": _VERSION, **d}
 
     @classmethod

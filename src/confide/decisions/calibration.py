@@ -1,17 +1,9 @@
 r"""Calibrators: map one scorer's raw confidence to the probability that the answer is right.
 
-Three methods, each fitted on a graded run (or on two arrays) and saved as a
-small JSON file that holds the scorer name, the method and its fitted
-parameters (never a pickle):
-
-=============  ============================================================
-``platt``      :math:`\hat p(c) = \sigma(a c + b)`, fitted by logistic
-               regression with Platt's smoothed targets (Platt, 1999)
-``isotonic``   the monotone step-and-ramp function of pool-adjacent-violators
-               (Zadrozny & Elkan, 2002); stored as its knots
-``histogram``  equal-mass bins of the raw score, each mapped to its mean
-               correctness (Zadrozny & Elkan, 2001)
-=============  ============================================================
+The methods ``platt``, ``isotonic`` and ``histogram`` are those of
+:mod:`confide.metrics.crossfit` (its docstring has their formulas). Each is fitted
+on a graded run (or on two arrays) and saved as a small JSON file that holds the
+scorer name, the method and its fitted parameters (never a pickle).
 
 A fitted :class:`Calibrator` answers ``predict(confidence)`` for one value (a
 float back) or an array (an array back); NaN stays NaN — an answer without
@@ -24,13 +16,10 @@ shared with the evaluation and the report; this module adds the saved object.
 
 References
 ----------
-[1] J. Platt (1999). Probabilistic outputs for support vector machines and
-    comparisons to regularized likelihood methods.
-[2] B. Zadrozny, C. Elkan (2001). Obtaining calibrated probability estimates
-    from decision trees and naive Bayesian classifiers. ICML (histogram binning).
-[3] B. Zadrozny, C. Elkan (2002). Transforming classifier scores into accurate
-    multiclass probability estimates. KDD (isotonic regression).
-[4] C. Guo, G. Pleiss, Y. Sun, K. Q. Weinberger (2017). On Calibration of
+Platt (1999), Zadrozny & Elkan (2001, 2002) for the methods: see
+:mod:`confide.metrics.crossfit`.
+
+[1] C. Guo, G. Pleiss, Y. Sun, K. Q. Weinberger (2017). On Calibration of
     Modern Neural Networks. ICML (reliability diagrams).
 """
 
@@ -242,27 +231,20 @@ def _check_params(method: str, params: Any, file: str | None) -> dict[str, Any]:
 def fit_calibrator(confidence: ArrayLike, correct: ArrayLike, *, method: Method = "isotonic",
                    scorer: str = "confidence", n_bins: int = 10, grader: str | None = None,
                    source: str | None = None) -> Calibrator:
-    r"""Fit a calibrator of raw confidences to correctness.
+    """Fit a calibrator of raw confidences to correctness, as a :class:`Calibrator` to save.
 
-    .. math:: \hat g = \arg\min_{g \in \mathcal G} \sum_i \ell(g(c_i), y_i)
-
-    with :math:`\mathcal G` the sigmoids :math:`\sigma(a c + b)` (``platt``,
-    log loss on smoothed targets), the non-decreasing functions
-    (``isotonic``, squared loss) or the functions constant on ``n_bins``
-    equal-mass bins (``histogram``, squared loss, i.e. bin means).
+    The fit is :func:`confide.metrics.fit_calibration` (the one calibration core: its
+    formula, methods and references) on the rows where neither value is NaN; this adds
+    what the saved file keeps besides the parameters: the scorer, how many items the
+    fit saw (``n_fit``) and where they came from.
 
     Parameters
     ----------
-    confidence : array of shape (n,)
-        Raw scores (higher = more likely correct); NaN rows are dropped.
-    correct : array of shape (n,), values in [0, 1]
-        Platt needs binary correctness; isotonic and histogram accept
-        continuous quality.
-    method : {"platt", "isotonic", "histogram"}, default "isotonic"
+    confidence, correct, method, n_bins
+        As :func:`~confide.metrics.fit_calibration`; rows with a NaN are dropped
+        (``nan_policy="omit"``) and not counted in ``n_fit``.
     scorer : str
         Name of the scorer whose values these are (stored with the calibrator).
-    n_bins : int >= 1, default 10
-        Histogram binning only; fewer bins result where scores tie.
     grader, source : str, optional
         Stored with the calibrator, for the record.
 
@@ -273,13 +255,9 @@ def fit_calibrator(confidence: ArrayLike, correct: ArrayLike, *, method: Method 
     Raises
     ------
     InvalidInputError
-        Unknown method, mismatched lengths, correctness outside [0, 1],
-        non-binary correctness for Platt, infinite scores, fewer than two
-        usable items, or only one class (nothing to calibrate against).
-
-    References
-    ----------
-    Platt (1999); Zadrozny & Elkan (2001, 2002); see the module docstring.
+        As :func:`~confide.metrics.crossfit.check_calibration_data`: unknown method,
+        mismatched lengths, correctness outside [0, 1], non-binary correctness for
+        Platt, infinite scores, fewer than two usable items, or only one class.
 
     Examples
     --------
@@ -287,10 +265,11 @@ def fit_calibrator(confidence: ArrayLike, correct: ArrayLike, *, method: Method 
     >>> cal.predict([0.1, 0.9]).round(2).tolist()
     [0.0, 1.0]
     """
+    # NaN rows are dropped here, so that n_fit counts the rows the fit sees
     conf, corr = check_calibration_data(confidence, correct, method=method, nan_policy="omit")
-    params = fit_calibration(conf, corr, method=method, n_bins=n_bins)
-    return Calibrator(scorer=scorer, method=method, params=params, n_fit=int(conf.size),
-                      grader=grader, source=source)
+    return Calibrator(scorer=scorer, method=method,
+                      params=fit_calibration(conf, corr, method=method, n_bins=n_bins),
+                      n_fit=int(conf.size), grader=grader, source=source)
 
 
 # ------------------------------------------------------------------------ on a stored run

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from confide.core.errors import InvalidInputError
+from confide.core.jsonsafe import json_safe
 from confide.core.options import CHOICES, check_choice, check_option
 from confide.core.records import Claim, Record
 from confide.decisions.calibration import Calibrator, fit_calibrator
@@ -58,7 +59,7 @@ class ClaimDecision:
 
     def to_dict(self) -> dict[str, Any]:
         return {"text": self.text, "start": self.start, "end": self.end,
-                "confidence": None if math.isnan(self.confidence) else self.confidence,
+                "confidence": json_safe(self.confidence),
                 "kept": self.kept, "removed": self.removed}
 
 
@@ -251,11 +252,10 @@ def claims_payload(record: Record, config: Any, *, backend: Any = None,
     for n, claim in enumerate(record.claims or []):
         entry: dict[str, Any] = {
             "text": claim.text, "start": claim.start, "end": claim.end,
-            "confidences": {k: (None if math.isnan(v) else v) for k, v in claim.scores.items()},
+            "confidences": json_safe(claim.scores),
             "reasons": dict(claim.score_errors)}
         if decided is not None:
-            entry["calibrated"] = (None if math.isnan(decided[n].confidence)
-                                   else decided[n].confidence)
+            entry["calibrated"] = json_safe(decided[n].confidence)
             entry["kept"] = decided[n].kept
         out.append(entry)
     return out

@@ -40,6 +40,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from confide.core.errors import InvalidInputError
+from confide.core.options import DEFAULT_TASK
 
 __all__ = ["CascadeCurve", "CascadePoint", "cascade", "cascade_curve", "route_models"]
 
@@ -241,10 +242,10 @@ def cascade(small_run: Any, large_run: Any, *, scorer: str = "msp",
     return curve
 
 
-def route_models(small: Any, large: Any, *, task: str = "triviaqa", scorer: str = "msp",
+def route_models(small: Any, large: Any, *, task: str = DEFAULT_TASK, scorer: str = "msp",
                  out: str | Path | None = None, **settings: Any) -> CascadeCurve:
     """Run (or resume) ``small`` and ``large`` on the same task via
-    :func:`confide.api.evaluate`, then build their cascade curve.
+    :func:`confide.generate_and_evaluate`, then build their cascade curve.
 
     ``small``/``large``: model names (``smollm2``, ``gemma3-270m``, a path or a
     hub id) or loaded backends (:func:`confide.api.load_model`).
@@ -255,14 +256,14 @@ def route_models(small: Any, large: Any, *, task: str = "triviaqa", scorer: str 
     ``scorer``.
     """
     from confide.pipeline.answering import DEFAULT_SCORERS
-    from confide.runs.stored import evaluate
+    from confide.runs.stored import generate_and_evaluate
 
     scorers = tuple(settings.pop("scorers", DEFAULT_SCORERS))
     if scorer not in scorers:
         scorers = (*scorers, scorer)
     base = Path(out) if out is not None else None
-    small_run = evaluate(small, task=task, scorers=scorers,
-                             out=base / "small" if base else None, **settings)
-    large_run = evaluate(large, task=task, scorers=scorers,
-                             out=base / "large" if base else None, **settings)
+    small_run = generate_and_evaluate(small, task=task, scorers=scorers,
+                                      out=base / "small" if base else None, **settings)
+    large_run = generate_and_evaluate(large, task=task, scorers=scorers,
+                                      out=base / "large" if base else None, **settings)
     return cascade(small_run, large_run, scorer=scorer)

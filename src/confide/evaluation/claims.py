@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from confide.core.jsonsafe import json_safe
 from confide.core.records import Record
-from confide.evaluation.table import EvalTable, ScorerRow, evaluate_records, json_safe
+from confide.evaluation.table import EvalTable, ScorerRow, evaluate_records
 from confide.grading.claims import ANSWER_GRADE
 from confide.metrics import UndefinedMetricWarning, bootstrap_interval
 from confide.metrics.length_audit import length_correlations, stratified_auroc

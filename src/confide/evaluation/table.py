@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from confide.core.errors import InvalidInputError
+from confide.core.jsonsafe import json_safe
 from confide.core.records import Record
 from confide.metrics import (
     METRICS,
@@ -64,7 +65,7 @@ from confide.metrics.length_audit import (
 
 __all__ = ["DEFAULT_METRICS", "LENGTH_BASELINE", "MIN_COVERAGE", "Calibration", "Comparison",
            "EvalTable", "GraderAgreement",
-           "RunComparison", "ScorerRow", "compare_records", "evaluate_records", "json_safe",
+           "RunComparison", "ScorerRow", "compare_records", "evaluate_records",
            "scorer_column", "scorer_order"]
 
 #: Metrics of `confide eval`, the report and the API unless asked otherwise.
@@ -212,21 +213,6 @@ class EvalTable:
             "comparison": self.comparison.to_dict(),
             "scorers": [r.to_dict() for r in self.rows],
         })
-
-
-def json_safe(value: Any) -> Any:
-    """JSON-safe: NaN → None, numpy scalars → Python."""
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if isinstance(value, (float, np.floating)):
-        return None if math.isnan(value) else float(value)
-    if isinstance(value, np.bool_):
-        return bool(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    return value
 
 
 def _quietly(fn: Any, *args: Any, **kwargs: Any) -> Any:

@@ -13,7 +13,7 @@ such items can be scored but not graded.
 :mod:`.choice`         ``choice`` (multiple choice)
 :mod:`.calls`          ``ast`` (function calls, BFCL)
 :mod:`.embedding`      ``embedding`` (sentence-embedding similarity)
-:mod:`.llm_judge`      ``judge`` (LLM-as-a-judge) and its prompt
+:mod:`.llm`            ``llm`` (LLM-as-a-judge; formerly ``judge``) and its prompt
 =====================  ==========================================================
 
 Reading answers (normalisation, final numbers, function-call parsing,
@@ -26,7 +26,7 @@ from confide.grading.calls import ast_match
 from confide.grading.choice import choice
 from confide.grading.embedding import embedding
 from confide.grading.lexical import contains, exact, f1, rouge_l
-from confide.grading.llm_judge import judge, judge_prompt
+from confide.grading.llm import grading_prompt, llm
 from confide.grading.numeric import numeric
 from confide.text import embed_texts, extract_final_number, normalize_answer, parse_function_calls
 
@@ -43,8 +43,8 @@ __all__ = [
     "f1",
     "grade",
     "grader",
-    "judge",
-    "judge_prompt",
+    "grading_prompt",
+    "llm",
     "normalize_answer",
     "numeric",
     "parse_function_calls",

@@ -36,15 +36,18 @@ class GraderSpec:
 GRADERS: Registry[GraderSpec] = Registry("grader")
 
 
-def grader(name: str, *, continuous: bool = False, needs_backend: bool = False
-           ) -> Callable[[Callable[..., float]], Callable[..., float]]:
-    """Register ``fn(answer, item, **options) -> float`` as grader ``name``."""
+def grader(name: str, *, continuous: bool = False, needs_backend: bool = False,
+           aliases: tuple[str, ...] = ()) -> Callable[[Callable[..., float]], Callable[..., float]]:
+    """Register ``fn(answer, item, **options) -> float`` as grader ``name`` (and under its
+    former names ``aliases``, which still find it but are not listed)."""
 
     def decorate(fn: Callable[..., float]) -> Callable[..., float]:
         doc = inspect.getdoc(fn) or ""
         GRADERS.add(name, GraderSpec(name=name, fn=fn, continuous=continuous,
                                      summary=doc.splitlines()[0] if doc else "",
                                      needs_backend=needs_backend))
+        for old in aliases:
+            GRADERS.alias(old, name)
         return fn
 
     return decorate

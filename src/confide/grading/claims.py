@@ -62,7 +62,7 @@ def _reference_item(item: Item, knowledge: str | None) -> Item:
     return item
 
 
-def grade_claims(record: Record, grader: str = "judge", *, backend: Any = None,
+def grade_claims(record: Record, grader: str = "llm", *, backend: Any = None,
                  judge: Any = None, knowledge: str | None = None) -> None:
     """Grade each of ``record.claims`` (``claim.grades[grader]``) and set the answer grade.
 

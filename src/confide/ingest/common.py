@@ -70,6 +70,7 @@ import numpy as np
 
 from confide.backends.openai_logprobs import answer_length
 from confide.core.errors import InvalidInputError
+from confide.core.needs import Need
 from confide.core.records import Generation, Item, Record
 from confide.core.registry import Registry
 
@@ -84,7 +85,7 @@ CHUNK = 1 << 16
 # The lower entropy bound does not depend on the vocabulary size (only the upper one
 # does): :func:`_lower_bound` needs none.
 # Statistics an imported record can provide, in the order they are checked.
-_TOKEN_STATS = ("token_logprobs", "top_logprobs", "token_entropies")
+_TOKEN_STATS = (Need.TOKEN_LOGPROBS, Need.TOP_LOGPROBS, Need.TOKEN_ENTROPIES)
 
 
 class BadField(Exception):
@@ -409,7 +410,7 @@ def capabilities_of(greedy: Generation, samples: list[Generation]) -> frozenset[
     gens = [greedy, *samples]
     caps = {stat for stat in _TOKEN_STATS if all(getattr(g, stat) is not None for g in gens)}
     if samples:
-        caps.add("samples")
+        caps.add(Need.SAMPLES)
     return frozenset(caps)
 
 

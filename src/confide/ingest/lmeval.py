@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from confide.core.errors import InvalidInputError
+from confide.core.needs import Need
 from confide.core.records import Generation, Item
 from confide.ingest.common import (
     FORMATS,
@@ -289,8 +290,8 @@ def parse(obj: dict[str, Any], ctx: Context) -> Imported:
         greedy = Generation(text=answer.strip())
         samples = [Generation(text=t.strip()) for t in texts[1:]]
         references = references_from(obj.get("target"), "target")
-    caps = capabilities_of(greedy, samples) - {"token_logprobs", "top_logprobs",
-                                               "token_entropies"}
+    caps = capabilities_of(greedy, samples) - {Need.TOKEN_LOGPROBS, Need.TOP_LOGPROBS,
+                                               Need.TOKEN_ENTROPIES}
     return Imported(item=Item(id=item_id, prompt=context, references=references,
                               metadata=metadata),
                     greedy=greedy, samples=samples,

@@ -39,8 +39,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from confide.core.errors import InvalidInputError
+from confide.core.jsonsafe import json_safe
 from confide.core.records import Record
 from confide.learned import Learned, run_digest
+from confide.learned.estimators import SELECTION_FOLDS, auroc
 from confide.learned.model import chosen_hidden_keys
 from confide.metrics.crossfit import crossfit_splits
 
@@ -51,7 +53,6 @@ KINDS = ("mahalanobis", "relative_mahalanobis", "huq")
 JITTERS = tuple(10.0 ** e for e in range(-15, 0))  # LM-Polygraph's ridge candidates
 HUQ_SPLIT_SEED = 42       # LM-Polygraph's train_test_split seed for the held-out distances
 HUQ_HELD_OUT = 0.3        # share of training records the held-out distances come from
-SELECTION_FOLDS = 3
 
 
 class Gaussian:
@@ -189,14 +190,6 @@ def _confidence(kind: str, params: dict[str, Any], x: np.ndarray, ppl: np.ndarra
     return -(_rank(ppl, np.asarray(params["train_ppl"])) + _rank(md, train_md)) / 2
 
 
-def _auroc(score: np.ndarray, y: np.ndarray) -> float:
-    from sklearn.metrics import roc_auc_score
-
-    if y.min() == y.max():
-        return math.nan
-    return float(roc_auc_score(y, score))
-
-
 def fit(records: Sequence[Record], *, kind: str, grader: str, model: dict[str, Any],
         layer: str | None = "best", background: Sequence[Record] | None = None,
         n_folds: int = 5, seed: int = 0, name: str | None = None,
@@ -278,7 +271,7 @@ def fit(records: Sequence[Record], *, kind: str, grader: str, model: dict[str, A
             def inner(tr: np.ndarray, te: np.ndarray, k: str = k) -> np.ndarray:
                 return score(k, idx[tr], idx[te])
             try:
-                auc = _auroc(_crossfit(inner, y[idx], n_folds=SELECTION_FOLDS, seed=seed), y[idx])
+                auc = auroc(_crossfit(inner, y[idx], n_folds=SELECTION_FOLDS, seed=seed), y[idx])
             except InvalidInputError:  # too few of a class inside this training split
                 continue
             if auc > best_auc:
@@ -291,11 +284,8 @@ def fit(records: Sequence[Record], *, kind: str, grader: str, model: dict[str, A
     oof = _crossfit(fit_predict, y, n_folds=n_folds, seed=seed)
     chosen = choose(np.ones(y.size, dtype=bool))
     params = _params(kind, views[chosen], ppl, back.get(chosen))
-    report = {"oof_auroc": _auroc(oof, y), "chosen": chosen, "n": int(y.size),
-              "n_correct": int(y.sum()),
-              "jitter": Gaussian(views[chosen]).jitter}
-    report = {k: (None if isinstance(v, float) and math.isnan(v) else v)
-              for k, v in report.items()}
+    report = json_safe({"oof_auroc": auroc(oof, y), "chosen": chosen, "n": int(y.size),
+                        "n_correct": int(y.sum()), "jitter": Gaussian(views[chosen]).jitter})
     return Density(kind=kind, name=name or kind, model=dict(model), layer=chosen, features=[],
                    params=params,
                    training={"run_digest": run, "grader": grader, "n": int(y.size),

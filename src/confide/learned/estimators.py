@@ -12,12 +12,15 @@ model file needs no pickle and no scikit-learn version to be read.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import numpy as np
 
 from confide.core.errors import InvalidInputError
+from confide.metrics.core import UndefinedMetricWarning
 from confide.metrics.crossfit import CrossfitCV
+from confide.metrics.ranking import auroc_score
 
 __all__ = ["COMBINER_C", "C_GRID", "SELECTION_FOLDS", "auroc", "boosting_classifier",
            "build_pipeline", "candidate_label", "candidates", "export", "export_boosting",
@@ -258,11 +261,19 @@ def predict_params(p: dict[str, Any], x: np.ndarray) -> np.ndarray:
 
 
 def auroc(score: np.ndarray, y: np.ndarray) -> float:
-    from sklearn.metrics import roc_auc_score
+    """:func:`confide.metrics.auroc_score` of ``score`` for the labels ``y`` (1 = right),
+    NaN without a warning when ``y`` holds one class only.
 
-    if y.min() == y.max():
-        return math.nan
-    return float(roc_auc_score(y, score))
+    A fold or a training set with one class is an expected case while fitting, not an
+    input error: NaN never wins a selection (``auc > best`` is false) and is reported
+    as null. A NaN score raises :class:`~confide.core.errors.InvalidInputError`.
+
+    >>> auroc(np.array([0.9, 0.4, 0.6, 0.4]), np.array([1, 0, 1, 1])), auroc(np.ones(2), np.ones(2))
+    (0.8333333333333334, nan)
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        return auroc_score(score, y)
 
 
 def candidates(keys: list[str], *, combiner: bool, logistic: bool, boosting: bool, seed: int

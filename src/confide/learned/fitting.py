@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -15,6 +14,7 @@ from typing import Any, Literal
 import numpy as np
 
 from confide.core.errors import InvalidInputError
+from confide.core.jsonsafe import json_safe
 from confide.core.records import Record
 from confide.learned.estimators import (
     auroc,
@@ -165,7 +165,7 @@ def fit(records: Sequence[Record], *, kind: Kind, grader: str, model: dict[str, 
                              "item_ids": [r.item.id for r in graded], "n_folds": n_folds,
                              "seed": seed},
                    oof={r.item.id: float(s) for r, s in zip(graded, oof, strict=True)},
-                   report=_json_clean(report))
+                   report=json_safe(report))
 
 
 def _explain(kind: str, params: dict[str, Any], features: list[str], x: np.ndarray,
@@ -195,16 +195,6 @@ def _explain(kind: str, params: dict[str, Any], features: list[str], x: np.ndarr
         drops[f] = float(np.mean(losses))
     return {"importances": drops, "importance_measure": "AUROC drop when the input is permuted "
                                                          "(training records, 5 repeats)"}
-
-
-def _json_clean(value: Any) -> Any:
-    if isinstance(value, float):
-        return None if math.isnan(value) else value
-    if isinstance(value, dict):
-        return {k: _json_clean(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_clean(v) for v in value]
-    return value
 
 
 def run_digest(config: dict[str, Any] | None, backend: dict[str, Any] | None) -> str:

@@ -24,7 +24,7 @@ from confide.core.errors import CannotScore, ConfigMismatch, InvalidInputError
 from confide.core.records import Record
 from confide.learned.estimators import predict_params
 from confide.scorers import ScoringContext, run_scorer, scorer_at
-from confide.scorers.fitted import FITTED_FINAL, FITTED_RUN, fitted_context
+from confide.scorers.fitted import fitted_context
 
 __all__ = ["FORMAT", "KINDS", "TOKEN_FEATURES", "Kind", "Learned", "feature_matrix",
            "chosen_hidden_keys", "hidden_keys", "token_features"]
@@ -194,8 +194,9 @@ class Learned:
         state, an item of the training set on another run, ...).
         """
         item = record.item.id
-        if not ctx.options.get(FITTED_FINAL) and item in self._trained:
-            if ctx.options.get(FITTED_RUN) == self.training.get("run_digest") \
+        fitted = ctx.fitted
+        if fitted is not None and not fitted.final and item in self._trained:
+            if fitted.run == self.training.get("run_digest") \
                     and item in self.oof:
                 return float(self.oof[item])
             raise CannotScore(f"{self.kind}: item was in its training set")

@@ -66,8 +66,9 @@ Also here: :func:`accuracy_at_fractions` and :func:`risk_coverage_curve`
 calibration metrics), :func:`bootstrap_interval` and :func:`paired_bootstrap`.
 
 Metrics take arrays, never records: this package imports nothing of confide
-but :mod:`confide.core.errors` and :mod:`confide.core.registry` (``tests/test_layers.py``
-checks it). The calibration error of the ``agreement`` scorer over records is
+but :mod:`confide.core.errors`, :mod:`confide.core.registry` and
+:mod:`confide.core.jsonsafe` (``tests/test_layers.py`` checks that it imports no later
+stage). The calibration error of the ``agreement`` scorer over records is
 :func:`confide.evaluation.semantic_calibration.semantic_calibration_error`.
 """
 

@@ -8,7 +8,6 @@ calibrate raw scores first with :func:`confide.metrics.crossfit.crossfit_probabi
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -17,6 +16,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.special import xlogy
 
 from confide.core.errors import InvalidInputError
+from confide.core.jsonsafe import json_safe
 from confide.metrics.core import (
     FloatArray,
     NanPolicy,
@@ -409,12 +409,10 @@ class ReliabilityDiagram:
     counts: NDArray[np.int64]
 
     def to_dict(self) -> dict[str, list[float | None] | list[int]]:
-        def clean(a: FloatArray) -> list[float | None]:
-            return [None if math.isnan(v) else float(v) for v in a]
-
-        return {"lower": clean(self.lower), "upper": clean(self.upper),
-                "centers": clean(self.centers), "mean_confidence": clean(self.mean_confidence),
-                "accuracy": clean(self.accuracy), "counts": [int(c) for c in self.counts]}
+        """Plain lists; an empty bin's NaN is null."""
+        return json_safe({"lower": self.lower, "upper": self.upper, "centers": self.centers,
+                          "mean_confidence": self.mean_confidence, "accuracy": self.accuracy,
+                          "counts": self.counts})
 
 
 def reliability_diagram(probability: ArrayLike, correct: ArrayLike, *, n_bins: int = 10,

@@ -3,8 +3,8 @@
 ``confide.score`` (the API), the run loop (:mod:`confide.runs.execution`) and the
 server (:mod:`confide.serve.app`) all go through a :class:`Pipeline`:
 
-1. :func:`plan_scorers` splits the chosen scorers into those the backend can
-   feed and those skipped (with why);
+1. :func:`~confide.pipeline.scorer_plan.plan_scorers` splits the chosen scorers into
+   those the backend can feed and those skipped (with why);
 2. :meth:`Pipeline.generate` renders the items' prompts with the task's
    format and generates the greedy answer and the samples (the server
    generates through its own batching queue instead);
@@ -18,17 +18,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from confide.backends.base import Backend, GenerationResult, GenerationSpec
 from confide.core.errors import BackendError, InvalidInputError
 from confide.core.records import Item, Record
+from confide.equivalence.clustering import Judge
 from confide.grading import GRADERS, grade
-from confide.scorers import Need, ScorerSpec, ScoringContext, run_scorer, scorer_at
+from confide.pipeline.scorer_plan import ScorerPlan, plan_scorers, score_record
+from confide.scorers import ScorerSpec, ScoringContext
 from confide.tasks import Task
 
-__all__ = ["DEFAULT_SCORERS", "GenerationFailed", "Pipeline", "check_question", "grade_record",
-           "plan_scorers", "score_record"]
+__all__ = ["DEFAULT_SCORERS", "GenerationFailed", "Pipeline", "check_question", "grade_record"]
 
 DEFAULT_SCORERS = ("msp", "mean_logprob", "min_logprob", "mean_entropy", "max_entropy",
                    "self_certainty", "length")
@@ -46,42 +46,6 @@ def check_question(item: Item) -> None:
     """Refuse an item whose question (:attr:`Item.question`) is empty."""
     if not item.question.strip():
         raise InvalidInputError(f"item {item.id!r} has an empty question", field="question")
-
-
-def plan_scorers(names: Sequence[str], capabilities: frozenset[str]
-                 ) -> tuple[list[ScorerSpec], dict[str, str]]:
-    """Split chosen answer-level scorers into those the backend can feed and those skipped
-    (with why).
-
-    A name that is not an answer-level scorer raises
-    :class:`~confide.core.errors.UnknownNameError`; for a claim-level scorer the message says
-    so (those go to the claim stage). A fitted kind (needs ``training``) is skipped: it is
-    fitted on the graded run afterwards (``confide fit``) and applied with
-    ``confide eval --with``.
-    """
-    usable, skipped = [], {}
-    for name in names:
-        spec = scorer_at(name, "answer")
-        missing = sorted(n.value for n in spec.needs
-                         if n.value not in capabilities and n is not Need.TRAINING)
-        why = [f"backend cannot give {', '.join(missing)}"] if missing else []
-        if Need.TRAINING in spec.needs:
-            why.append(f"fitted on a graded run afterwards (confide fit RUN --kind {name}; "
-                       "confide eval RUN --with FILE)")
-        if why:
-            skipped[name] = "; ".join(why)
-        else:
-            usable.append(spec)
-    return usable, skipped
-
-
-def score_record(record: Record, scorers: Sequence[ScorerSpec], ctx: ScoringContext) -> None:
-    """Fill ``record.scores`` (NaN with a reason where a scorer cannot answer)."""
-    for spec in scorers:
-        value, reason = run_scorer(spec, record, ctx)
-        record.scores[spec.name] = value
-        if reason is not None:
-            record.score_errors[spec.name] = reason
 
 
 def grade_record(record: Record, grader: str, backend: Backend | None = None) -> None:
@@ -102,18 +66,22 @@ class Pipeline:
     backend: Backend
     scorers: list[ScorerSpec]
     skipped: dict[str, str] = field(default_factory=dict)
-    judge: Any = None
+    judge: Judge | None = None
     grader: str | None = None
     seed: int = 0
 
     @classmethod
     def build(cls, backend: Backend, scorers: Sequence[str] = DEFAULT_SCORERS, *,
-              judge: Any = None, grader: str | None = None, seed: int = 0) -> Pipeline:
+              judge: Judge | None = None, grader: str | None = None, seed: int = 0
+              ) -> Pipeline:
         """Plan ``scorers`` for ``backend``'s capabilities and check ``grader``'s name."""
         if grader is not None:
             GRADERS[grader]
         usable, skipped = plan_scorers(scorers, backend.capabilities)
         return cls(backend, usable, skipped, judge, grader, seed)
+
+    def __post_init__(self) -> None:
+        self._plan = ScorerPlan(self.scorers)
 
     @property
     def n_samples(self) -> int:
@@ -142,9 +110,8 @@ class Pipeline:
         record = Record(item=item, greedy=result.greedy, samples=result.samples,
                         seconds=seconds)
         ctx = ScoringContext(backend=self.backend, judge=self.judge,
-                             options={"seed": self.seed if seed is None else seed,
-                                      "prompt": result.prompt})
-        score_record(record, self.scorers, ctx)
+                             seed=self.seed if seed is None else seed, prompt=result.prompt)
+        score_record(record, self._plan, ctx)
         if self.grader is not None:
             grade_record(record, self.grader, self.backend)
         return record

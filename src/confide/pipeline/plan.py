@@ -22,9 +22,17 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from confide.backends import GenerationSpec
-from confide.backends.models import DEFAULT_MODEL
 from confide.core.errors import InvalidInputError
-from confide.core.options import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, check_option, check_sampling
+from confide.core.options import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_LIMIT,
+    DEFAULT_MODEL,
+    DEFAULT_TASK,
+    DEFAULT_TEMPERATURE,
+    DEFAULT_TOP_P,
+    check_option,
+    check_sampling,
+)
 from confide.core.records import Item
 from confide.equivalence.judges import JUDGES, default_judge
 from confide.grading import GRADERS
@@ -42,13 +50,17 @@ QUESTIONS_GRADER = "contains"
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything that determines a run's numbers (stored with the run)."""
+    """Everything that determines a run's numbers (stored with the run).
+
+    The defaults are ``confide run``'s (:mod:`confide.core.options`). ``limit``: the
+    first that many items; 0 or None: every item (stored as None, so both name one run).
+    """
 
     model: str = DEFAULT_MODEL
     backend: str = "hf"
-    task: str = "triviaqa"
+    task: str = DEFAULT_TASK
     data_path: str | None = None
-    limit: int | None = 100
+    limit: int | None = DEFAULT_LIMIT
     scorers: tuple[str, ...] = DEFAULT_SCORERS
     grader: str | None = None
     max_new_tokens: int | None = None
@@ -56,7 +68,7 @@ class RunConfig:
     temperature: float = DEFAULT_TEMPERATURE
     top_p: float = DEFAULT_TOP_P
     hidden_layers: tuple[int, ...] = ()
-    batch_size: int = 8
+    batch_size: int = DEFAULT_BATCH_SIZE
     seed: int = 0
     task_options: dict[str, Any] = field(default_factory=dict)
     judge: str | None = None  # semantic scorers' equivalence judge; None: the task's default
@@ -72,9 +84,11 @@ class RunConfig:
             if value is not None:
                 check_option(name, value)
         if self.limit is not None and (isinstance(self.limit, bool)
-                                       or not isinstance(self.limit, int) or self.limit < 1):
-            raise InvalidInputError(f"must be a positive integer or None (all), not "
+                                       or not isinstance(self.limit, int) or self.limit < 0):
+            raise InvalidInputError(f"must be a positive integer, or 0 for all, not "
                                     f"{self.limit!r}", field="limit")
+        if self.limit == 0:  # 0 means all, as `confide run --limit 0`: one stored form
+            object.__setattr__(self, "limit", None)
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in self.hidden_layers):
             raise InvalidInputError(f"must be integers, not {list(self.hidden_layers)!r}",
                                     field="hidden_layers")
@@ -141,7 +155,7 @@ class RunPlan:
     judge: str
     judge_options: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
-    batch_size: int = 8
+    batch_size: int = DEFAULT_BATCH_SIZE
     config: RunConfig | None = None
 
     def identity(self) -> dict[str, Any]:

@@ -23,7 +23,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from confide.core.errors import ConfideError, InvalidInputError
+from confide.core.jsonsafe import finite_or_none
 from confide.core.records import Generation, Record
+from confide.equivalence.judges import JUDGES, default_judge, make_judge
 from confide.equivalence.summary import summarize
 from confide.evaluation.table import (
     DEFAULT_METRICS,
@@ -36,6 +38,8 @@ from confide.evaluation.table import (
 )
 from confide.grading import normalize_answer
 from confide.metrics import ReliabilityDiagram, risk_coverage_curve
+from confide.scorers import SCORERS
+from confide.scorers.claims import DEFAULT_CLAIM_SCORERS
 
 __all__ = ["RunView", "ScorerView", "risk_coverage_points", "roc_points", "run_comparison",
            "run_view", "sample_groups"]
@@ -195,10 +199,6 @@ def _cluster_judge(config: dict[str, Any], grader: str) -> tuple[Any, str]:
     """The run's equivalence judge when it decides without a model, and a sentence saying
     how the samples are grouped."""
     fallback = "normalised exact text (lower case, no punctuation or articles)"
-    try:
-        from confide.equivalence.judges import JUDGES, default_judge, make_judge
-    except ImportError:  # a build of confide without judges
-        return None, f"Samples are grouped by {fallback}."
     name = str(config.get("judge") or default_judge(grader))
     if name not in JUDGES:
         return None, f"Samples are grouped by {fallback}: the run's judge {name!r} is unknown."
@@ -301,16 +301,12 @@ class RunView:
 
 
 def _scorer_summary(name: str) -> str:
-    from confide.scorers import SCORERS
-
     return SCORERS[name].summary if name in SCORERS else ""
 
 
 def _num(x: Any, digits: int = 4) -> float | None:
-    if x is None:
-        return None
-    x = float(x)
-    return None if math.isnan(x) or math.isinf(x) else round(x, digits)
+    value = finite_or_none(x)
+    return None if value is None else round(value, digits)
 
 
 def _tokens(gen: Generation) -> list[list[Any]] | None:
@@ -351,9 +347,6 @@ def _explorer_item(position: int, record: Record, scorers: list[str],
 def _claim_colour(records: list[Record]) -> tuple[str, tuple[float, float]]:
     """The claim scorer that colours the claims (the first registered default one the
     records hold) and the range of its values mapped onto the colour scale."""
-    from confide.scorers import SCORERS
-    from confide.scorers.claims import DEFAULT_CLAIM_SCORERS
-
     held = {s for r in records for c in (r.claims or []) for s in c.scores}
     name = next((s for s in DEFAULT_CLAIM_SCORERS if s in held), next(iter(sorted(held)), ""))
     if not name or (name in SCORERS and SCORERS[name].probability):

@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from confide.backends import Backend, load_backend
-from confide.grading.claims import LABELS, grade_claims
-from confide.scorers.claim_split import split_claims
 from confide.core.errors import ConfigMismatch, InvalidInputError
-from confide.grading import GRADERS
-from confide.equivalence.judges import JUDGES, Judge, default_judge, make_judge
 from confide.core.options import check_choice, check_option
 from confide.core.records import Record
+from confide.equivalence.judges import JUDGES, Judge, default_judge, make_judge
+from confide.grading import GRADERS
+from confide.grading.claims import LABELS, grade_claims
 from confide.scorers import ScoringContext, run_scorer, scorer_at
+from confide.scorers.claim_split import split_claims
 from confide.scorers.claims import DEFAULT_CLAIM_SCORERS, aggregate_claims
 from confide.store.run_store import RunStore, config_differences
 
@@ -106,7 +106,7 @@ def claim_record(record: Record, config: ClaimConfig, *, backend: Backend | None
         judge = make_judge(config.judge or "exact", backend=backend, **config.judge_options)
     record.claims = split_claims(record.greedy, splitter=config.splitter, backend=backend,
                                  question=record.item.question)
-    ctx = ScoringContext(backend=backend, judge=judge, options={"seed": seed})
+    ctx = ScoringContext(backend=backend, judge=judge, seed=seed)
     for name in config.scorers:
         results = run_scorer(scorer_at(name, "claim"), record, ctx, claims=record.claims)
         for claim, (value, reason) in zip(record.claims, results):
@@ -117,7 +117,7 @@ def claim_record(record: Record, config: ClaimConfig, *, backend: Backend | None
             record.scores.update(aggregate_claims(name, [v for v, _ in results]))
     grader = config.grader
     if grader == AUTO:
-        grader = LABELS if record.item.metadata.get("claims") else "judge"
+        grader = LABELS if record.item.metadata.get("claims") else "llm"
     if grader is not None:
         grade_claims(record, grader, backend=backend, judge=judge)
     return record
@@ -148,7 +148,7 @@ def add_claims(run: str | Path, config: ClaimConfig, *, backend: Backend | None 
         records = store.records()
         if config.grader == AUTO:
             labelled = any(r.item.metadata.get("claims") for r in records)
-            config = replace(config, grader=LABELS if labelled else "judge")
+            config = replace(config, grader=LABELS if labelled else "llm")
         wanted = config.to_dict()
         stored = store.get_meta(_META)
         if stored is None:

@@ -1,7 +1,8 @@
 """Imported records scored, graded and encoded for the store: here, or in worker
 processes for large JSON Lines files (:func:`confide.runs.importing.import_file` drives it).
 
-A record's scorers depend only on what its statistics hold (:class:`ScorerPlan`);
+A record's scorers depend only on what its statistics hold
+(:class:`~confide.pipeline.scorer_plan.ScorerPlan`, the plan every record goes through);
 the others give NaN with the reason.
 """
 
@@ -9,17 +10,17 @@ from __future__ import annotations
 
 import collections
 import itertools
-import math
 import multiprocessing
 import os
 import signal
 import warnings
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from confide.core.errors import InvalidInputError
+from confide.core.records import Record
+from confide.equivalence.judges import Judge, make_judge
 from confide.ingest import (
     Imported,
     decode_line,
@@ -27,74 +28,13 @@ from confide.ingest import (
     is_blank,
     parse_value,
 )
-from confide.equivalence.judges import make_judge
 from confide.pipeline.answering import grade_record
-from confide.core.records import Generation, Record
-from confide.scorers import (
-    SCORERS,
-    Need,
-    ScorerSpec,
-    ScoringContext,
-    run_scorer,
-)
+from confide.pipeline.scorer_plan import Capabilities, ScorerPlan, score_record
+from confide.scorers import SCORERS, ScoringContext
 from confide.store.run_store import LABEL_GRADE, RunStore
 
-#: The grade a record's own label is stored as.
-_STATS = ("token_logprobs", "top_logprobs", "token_entropies", "token_kl_uniform",
-          "token_renyi_uniform", "token_fisher_rao_uniform")
-
-__all__ = ["LABEL_GRADE", "PARALLEL_MIN_BYTES", "Read", "RecordScorer", "ScorerPlan", "Setup",
-           "capabilities", "file_chunks", "keep_notes", "score_here", "score_in_workers",
-           "scored", "worker_count"]
-
-
-def generation_caps(gen: Generation) -> set[str]:
-    return {s for s in _STATS if getattr(gen, s) is not None}
-
-
-class ScorerPlan:
-    """Which scorers run on a record of given capabilities, and why the others give NaN.
-
-    The split depends only on the record's capabilities, so it is worked out once per
-    kind of record and looked up after that.
-    """
-
-    def __init__(self, specs: Sequence[ScorerSpec]) -> None:
-        self.specs = list(specs)
-        self._cache: dict[tuple[frozenset[str], frozenset[str]],
-                          list[tuple[ScorerSpec, str | None]]] = {}
-
-    def fed(self, greedy_caps: frozenset[str], all_caps: frozenset[str]) -> list[str]:
-        """The scorers a record of these capabilities feeds."""
-        return [spec.name for spec, why in self.split(greedy_caps, all_caps) if why is None]
-
-    def split(self, greedy_caps: frozenset[str], all_caps: frozenset[str]
-              ) -> list[tuple[ScorerSpec, str | None]]:
-        key = (greedy_caps, all_caps)
-        found = self._cache.get(key)
-        if found is None:
-            found = []
-            for spec in self.specs:
-                caps = all_caps if Need.SAMPLES in spec.needs else greedy_caps
-                missing = sorted(n.value for n in spec.needs if n.value not in caps)
-                found.append((spec, None if not missing else
-                              f"this record has no {', '.join(missing)} (imported generations)"))
-            self._cache[key] = found
-        return found
-
-
-def capabilities(imported: Imported) -> tuple[frozenset[str], frozenset[str]]:
-    """``(what the greedy answer holds, what the greedy answer and every sample hold)``."""
-    extra = set()
-    if "choice_loglikelihoods" in imported.item.metadata:
-        extra.add(Need.CHOICE_LOGLIKELIHOODS.value)
-    greedy = generation_caps(imported.greedy) | extra
-    every = set(imported.capabilities) | extra
-    if imported.samples:
-        every.add(Need.SAMPLES.value)
-        greedy.add(Need.SAMPLES.value)
-    return frozenset(greedy), frozenset(every)
-
+__all__ = ["PARALLEL_MIN_BYTES", "Read", "RecordScorer", "Setup", "file_chunks", "keep_notes",
+           "score_here", "score_in_workers", "scored", "worker_count"]
 
 
 # --- one record: score, grade, encode (here or in a worker process) ------------------------
@@ -120,7 +60,7 @@ class Read:
     line: int
     item_id: str
     data: str | None = None
-    caps: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
+    caps: Capabilities = (frozenset(), frozenset())
     approximate: dict[str, str] = field(default_factory=dict)
     graded: bool = False
 
@@ -130,7 +70,7 @@ class RecordScorer:
 
     def __init__(self, setup: Setup, done: frozenset[str]) -> None:
         self.setup, self.done = setup, done
-        self.plan = ScorerPlan([SCORERS[n] for n in setup.scorers])
+        self.plan = ScorerPlan([SCORERS[n] for n in setup.scorers], imported=True)
         self.judge = make_judge(setup.judge)
 
     def __call__(self, imported: Imported) -> Read:
@@ -149,22 +89,13 @@ def score_here(records: Iterable[Imported], setup: Setup, done: frozenset[str]
         yield score(imported)
 
 
-def scored(imported: Imported, plan: ScorerPlan, judge: Any, grader: str
-            ) -> tuple[Record, tuple[frozenset[str], frozenset[str]]]:
+def scored(imported: Imported, plan: ScorerPlan, judge: Judge, grader: str
+           ) -> tuple[Record, Capabilities]:
     """The record of one imported answer, scored where its statistics allow and graded;
     and the capabilities that decided which scorers ran."""
     record = imported.to_record()
-    caps = capabilities(imported)
-    ctx = ScoringContext(judge=judge, options={"seed": 0, "prompt": imported.item.prompt})
-    for spec, why in plan.split(*caps):
-        if why is not None:
-            record.scores[spec.name] = math.nan
-            record.score_errors[spec.name] = why
-            continue
-        value, reason = run_scorer(spec, record, ctx)
-        record.scores[spec.name] = value
-        if reason is not None:
-            record.score_errors[spec.name] = reason
+    ctx = ScoringContext(judge=judge, seed=0, prompt=imported.item.prompt)
+    caps = score_record(record, plan, ctx)
     grade_record(record, grader)
     if imported.label is not None:
         record.grades[LABEL_GRADE] = float(imported.label)

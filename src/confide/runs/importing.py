@@ -18,7 +18,8 @@ What the run stores
   sampling scorers, and the ``model`` the log names (``""`` when it names none);
 * meta ``backend``: ``{"backend": "import", "format": ..., "model": ...}``;
 * meta ``skipped_scorers``: every chosen scorer no record could feed, with why
-  (:data:`MODEL_NEEDS` and the full-distribution statistics are never in a log;
+  (what only a model gives and the full-distribution statistics are never in a log:
+  :func:`~confide.pipeline.scorer_plan.skip_reason`;
   the rest is decided from what the file held);
 * meta ``approximate``: statistics that are not the model's own, e.g.
   ``{"token_entropies": "lower bounds from the top 5 log-probabilities of each
@@ -66,25 +67,24 @@ from pathlib import Path
 from typing import Any
 
 from confide.core.errors import InvalidInputError, StoreError
+from confide.equivalence.judges import default_judge, make_judge
 from confide.grading import GRADERS
+from confide.ingest import (
+    Imported,
+    duplicate_id,
+    read_generations,
+)
+from confide.pipeline.plan import QUESTIONS_GRADER
+from confide.pipeline.scorer_plan import IMPORTABLE, ScorerPlan, plan_scorers
+from confide.runs.execution import check_output
 from confide.runs.import_workers import (
-    LABEL_GRADE,
     PARALLEL_MIN_BYTES,
-    ScorerPlan,
     Setup,
     keep_notes,
     score_here,
     score_in_workers,
     worker_count,
 )
-from confide.ingest import (
-    Imported,
-    duplicate_id,
-    read_generations,
-)
-from confide.equivalence.judges import default_judge, make_judge
-from confide.pipeline.plan import QUESTIONS_GRADER
-from confide.runs.execution import check_backend, check_output
 from confide.scorers import (
     SCORERS,
     Cost,
@@ -93,22 +93,14 @@ from confide.scorers import (
     scorer_at,
     scorers_at,
 )
-from confide.store.run_store import RunStore
+from confide.store.run_store import LABEL_GRADE, RunStore
 from confide.tasks.base import BadRecords
 
-__all__ = ["BATCH_SIZE", "ImportOutcome", "LABEL_GRADE", "MODEL_NEEDS", "PARALLEL_MIN_BYTES",
+__all__ = ["BATCH_SIZE", "ImportOutcome", "LABEL_GRADE", "PARALLEL_MIN_BYTES",
            "SCORER_SETS", "import_file", "import_scorers"]
 
 #: Records stored per transaction (``benchmarks/import_speed.py`` measures the choice).
 BATCH_SIZE = 256
-#: Needs only the model itself can meet: an imported log never does.
-MODEL_NEEDS = frozenset({Need.EXTRA_PROMPT, Need.UNCONDITIONED, Need.ATTENTIONS,
-                         Need.HIDDEN_STATES})
-#: Statistics of the whole next-token distribution: a log holds at most the top-k.
-_FULL = frozenset({Need.FULL_DISTRIBUTION, Need.RENYI_UNIFORM, Need.FISHER_RAO_UNIFORM})
-#: What an imported record can hold.
-_IMPORTABLE = frozenset({Need.TOKEN_LOGPROBS, Need.TOP_LOGPROBS, Need.TOKEN_ENTROPIES,
-                         Need.SAMPLES, Need.CHOICE_LOGLIKELIHOODS})
 #: Keywords ``scorers=`` takes besides names: ``"all"`` (the default) and ``"free"``.
 SCORER_SETS = ("all", "free")
 
@@ -132,7 +124,7 @@ def import_scorers(which: str = "all") -> tuple[str, ...]:
     names = [s.name for s in scorers_at("answer") if Need.TRAINING not in s.needs]
     if which == "free":
         names = [n for n in names if SCORERS[n].cost is Cost.FREE
-                 and SCORERS[n].needs <= _IMPORTABLE]
+                 and SCORERS[n].needs <= IMPORTABLE]
     return tuple(names)
 
 
@@ -197,21 +189,6 @@ def _file_facts(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise InvalidInputError(f"cannot read: {exc.strerror or exc}", file=str(path)) from exc
     return {"data_path": str(path.resolve()), "size": size, "sha256": digest.hexdigest()}
-
-
-def _static_reason(spec: ScorerSpec) -> str | None:
-    """Why no imported record can ever feed ``spec`` (None: a record may)."""
-    if Need.TRAINING in spec.needs:
-        return (f"fitted on a graded run afterwards (confide fit RUN --kind {spec.name}; "
-                "confide eval RUN --with FILE)")
-    model = sorted(n.value for n in spec.needs & MODEL_NEEDS)
-    if model:
-        return f"needs the model ({', '.join(model)}): imported generations have no model"
-    full = sorted(n.value for n in spec.needs & _FULL)
-    if full:
-        return (f"imported generations: no {', '.join(full)} (it needs the whole next-token "
-                "distribution; a log holds at most the top-k log-probabilities)")
-    return None
 
 
 def _scorer_names(scorers: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -318,13 +295,13 @@ def import_file(path: str | Path, out: str | Path, *, format: str = "auto",
                 "model": model, "scorers": list(names), "grader": default_grade,
                 "reference_grader": ref_grader, "label_grade": LABEL_GRADE,
                 "judge": judge_name, "seed": 0}
-    static = {n: why for n in names if (why := _static_reason(SCORERS[n])) is not None}
+    static = plan_scorers(names, IMPORTABLE, imported=True)[1]
     setup = Setup(path=source, fmt=stream.format, label_field=label_field,
                    scorers=tuple(n for n in names if n not in static), judge=judge_name,
                    grader=ref_grader)
     check_output(out)
     with RunStore.open(out, identity) as store:
-        check_backend(store, {"backend": "import", "format": stream.format, "model": model})
+        store.check_backend({"backend": "import", "format": stream.format, "model": model})
         if store.get_meta("import_complete"):  # the same file, the same settings: done
             return _outcome(store, source, stream.format, 0, len(store), began)
         state = store.get_meta("import_state") or {}
@@ -336,7 +313,7 @@ def import_file(path: str | Path, out: str | Path, *, format: str = "auto",
         if store.get_meta("skipped_scorers") is None:
             store.set_meta("skipped_scorers", static)
         done = frozenset(store.done_ids())
-        plan = ScorerPlan([SCORERS[n] for n in setup.scorers])
+        plan = ScorerPlan([SCORERS[n] for n in setup.scorers], imported=True)
         pending: list[tuple[int, str, str]] = []
 
         def flush() -> None:
@@ -365,7 +342,7 @@ def import_file(path: str | Path, out: str | Path, *, format: str = "auto",
                 if result.data is None:
                     counts["resumed"] += 1
                 else:
-                    fed.update(plan.fed(*result.caps))
+                    fed.update(plan.fed(result.caps))
                     seen.update(result.caps[0] | result.caps[1])
                     keep_notes(notes, result.approximate)
                     counts["graded"] += result.graded

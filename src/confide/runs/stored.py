@@ -1,7 +1,8 @@
 """A stored run: its configuration, records and evaluation table; run or resume one.
 
-:class:`Run` reads a run directory (``run.sqlite``) and evaluates its records
-without the model; :func:`evaluate` runs (or resumes) an evaluation with
+:class:`Run` reads a run directory (``run.sqlite``) and computes its table from the
+stored records without the model (:meth:`Run.compute_table`);
+:func:`generate_and_evaluate` loads a model, runs (or resumes) a run with
 :func:`confide.runs.execution.execute` and opens the result. The decisions and the API
 reach runs through here.
 """
@@ -17,15 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from confide.backends import Backend
-from confide.backends.models import DEFAULT_MODEL
 from confide.core.errors import InvalidInputError
+from confide.core.options import DEFAULT_MODEL, DEFAULT_TASK
+from confide.core.records import Record
 from confide.evaluation.table import DEFAULT_METRICS, EvalTable, evaluate_records, scorer_order
 from confide.pipeline.plan import QUESTIONS_GRADER, RunConfig
-from confide.core.records import Record
 from confide.runs.execution import Progress, RunOutcome, execute
+from confide.store.exports import export_run
 from confide.store.run_store import RunStore
 
-__all__ = ["Run", "default_run_dir", "evaluate", "open_run"]
+__all__ = ["Run", "default_run_dir", "generate_and_evaluate", "open_run"]
 
 
 class Run:
@@ -40,6 +42,9 @@ class Run:
             self.skipped_scorers: dict[str, str] = store.get_meta("skipped_scorers", {})
             #: why the run's hidden states cannot be trusted (made before a fix), or None
             self.hidden_states_note: str | None = store.hidden_states_note()
+            #: statistics an imported run holds only approximately, with why (bounds, not
+            #: values: ``{"token_entropies": "lower bounds from the top-k"}``)
+            self.approximate: dict[str, str] = store.get_meta("approximate", {}) or {}
 
     @cached_property
     def records(self) -> list[Record]:
@@ -50,11 +55,13 @@ class Run:
     def grader(self) -> str:
         return str(self.config.get("grader") or QUESTIONS_GRADER)
 
-    def evaluate(self, *, grader: str | None = None, metrics: tuple[str, ...] = DEFAULT_METRICS,
-                 n_resamples: int = 1000, seed: int | None = None,
-                 metric_options: dict[str, dict[str, Any]] | None = None) -> EvalTable:
-        """Recompute the table from the stored records (no model needed); a run without
-        records is refused (:meth:`~confide.store.run_store.RunStore.no_records`), as by the report."""
+    def compute_table(self, *, grader: str | None = None,
+                      metrics: tuple[str, ...] = DEFAULT_METRICS, n_resamples: int = 1000,
+                      seed: int | None = None,
+                      metric_options: dict[str, dict[str, Any]] | None = None) -> EvalTable:
+        """Compute the table from the stored records (no model needed; ``confide eval``);
+        a run without records is refused
+        (:meth:`~confide.store.run_store.RunStore.no_records`), as by the report."""
         if not self.records:
             with RunStore.open(self.path) as store:
                 raise store.no_records()
@@ -73,13 +80,18 @@ class Run:
             table.notes.append(self.hidden_states_note)
         return table
 
+    #: The former name of :meth:`compute_table`, kept working.
+    evaluate = compute_table
+
     @cached_property
     def table(self) -> EvalTable:
-        return self.evaluate()
+        return self.compute_table()
 
     def export(self, fmt: str = "jsonl", path: str | Path | None = None) -> Path:
+        """Write the records in ``fmt``, any format ``confide export --format`` takes
+        (:data:`~confide.store.exports.EXPORT_FORMATS`); default file in the run directory."""
         with RunStore.open(self.path) as store:
-            return store.export(fmt, path)
+            return export_run(store, fmt, path)
 
 
 def open_run(path: str | Path) -> Run:
@@ -95,14 +107,16 @@ def default_run_dir(config: RunConfig) -> Path:
     return Path("runs") / f"{slug}-{digest[:8]}"
 
 
-def evaluate(model: Backend | str | None = None, *, task: str = "triviaqa",
-             out: str | Path | None = None, progress: Progress | None = None,
-             **settings: Any) -> Run:
-    """Run (or resume) an evaluation and return it with its table.
+def generate_and_evaluate(model: Backend | str | None = None, *, task: str = DEFAULT_TASK,
+                          out: str | Path | None = None, progress: Progress | None = None,
+                          **settings: Any) -> Run:
+    """Generate, score and grade a run (or resume it) and return it with its table:
+    ``confide run`` from Python, with the same defaults.
 
     ``model`` is a loaded backend or a model name (default: the bundled model).
-    ``settings`` are :class:`~confide.pipeline.plan.RunConfig` fields: ``limit``,
-    ``scorers``, ``grader``, ``max_new_tokens``, ``seed``, ``data_path``, ...
+    ``settings`` are :class:`~confide.pipeline.plan.RunConfig` fields: ``limit``
+    (0: every item), ``scorers``, ``grader``, ``max_new_tokens``, ``seed``,
+    ``data_path``, ...
     """
     backend = model if model is not None and not isinstance(model, str) else None
     name = model if isinstance(model, str) else (

@@ -1,7 +1,7 @@
 r"""Scorers that ask a model about the answer: LLM judges, P(True) variants, BSDetector.
 
 Each makes extra model calls through the run's backend (``ctx.backend``): the
-model judges its own answer unless ``ctx.options["judge_backends"]`` names
+model judges its own answer unless ``ctx.judge_backends`` names
 other backends (a list of loaded backends; the panel asks each of them).
 Replies are read by fixed rules; a reply that cannot be read raises
 :class:`~confide.core.errors.CannotScore` with the reason, never a guess.
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from confide.backends.base import GenerationSpec, Prompt, item_seed
+from confide.backends.base import Backend, GenerationSpec, Prompt, item_seed
 from confide.backends.binary import two_way_probability
 from confide.core.errors import CannotScore
 from confide.core.records import Item, Record
@@ -82,14 +82,14 @@ def parse_categorical(reply: str) -> float:
 
 
 def _backends(ctx: ScoringContext) -> list[Any]:
-    chosen = ctx.options.get("judge_backends") or ([ctx.backend] if ctx.backend else [])
+    chosen = ctx.judge_backends or ([ctx.backend] if ctx.backend else [])
     if not chosen:
         raise CannotScore("no backend to ask")
     return list(chosen)
 
 
 def _seed(record: Record, ctx: ScoringContext) -> int:
-    return item_seed(int(ctx.options.get("seed", 0)), record.item.id)
+    return item_seed(ctx.seed, record.item.id)
 
 
 def _answer(record: Record) -> str:
@@ -99,7 +99,7 @@ def _answer(record: Record) -> str:
     return answer
 
 
-def _judge_reply(backend: Any, record: Record, ctx: ScoringContext, template: str) -> float:
+def _judge_reply(backend: Backend, record: Record, ctx: ScoringContext, template: str) -> float:
     prompt = judge_prompt(record.item, _answer(record), template,
                           chat=bool(backend.has_chat_template))
     spec = GenerationSpec(max_new_tokens=JUDGE_MAX_NEW_TOKENS, stop=("\n",),
@@ -155,7 +155,7 @@ def judge_panel(record: Record, ctx: ScoringContext) -> float:
 
     .. math:: c = \frac{1}{|P|}\sum_{(m, \tau) \in P} c_{m,\tau}
 
-    over the judges :math:`m` (``ctx.options["judge_backends"]``, default the
+    over the judges :math:`m` (``ctx.judge_backends``, default the
     run's model) and templates :math:`\tau \in` {categorical, continuous};
     a member whose reply cannot be read is left out (all unreadable:
     :class:`CannotScore`). UQLM's ``LLMPanel`` "avg" aggregate.

@@ -44,6 +44,7 @@ from enum import Enum
 from typing import Literal, TypeVar, overload
 
 from confide.core.errors import CannotScore, UnknownNameError
+from confide.core.needs import Need
 from confide.core.records import Claim, Record
 from confide.core.registry import Registry
 from confide.scorers.context import ScoringContext
@@ -52,30 +53,13 @@ __all__ = ["EMPTY_ANSWER", "EMPTY_CLAIM", "LEVELS", "SCORERS", "Cost", "Level", 
            "ScorerSpec", "ScoringContext", "run_scorer", "scorer", "scorer_at", "scorers_at"]
 
 
-class Need(str, Enum):
-    """What a scorer needs from the run; the runner skips scorers whose needs are unmet."""
-
-    TOKEN_LOGPROBS = "token_logprobs"      # log p of each chosen token
-    TOKEN_ENTROPIES = "token_entropies"    # entropy of the full next-token distribution
-    FULL_DISTRIBUTION = "token_kl_uniform"  # statistics needing every logit (self-certainty)
-    RENYI_UNIFORM = "token_renyi_uniform"  # every logit: Rényi divergence to uniform
-    FISHER_RAO_UNIFORM = "token_fisher_rao_uniform"  # every logit: Fisher-Rao distance
-    TOP_LOGPROBS = "top_logprobs"          # top-k alternatives
-    SAMPLES = "samples"                    # k sampled answers
-    HIDDEN_STATES = "hidden_states"        # pooled hidden states
-    EXTRA_PROMPT = "extra_prompt"          # asks the model a second question
-    TRAINING = "training"                  # must be fitted on graded records first
-    UNCONDITIONED = "unconditioned_logprobs"  # the answer scored again without the question
-    ATTENTIONS = "attentions"              # attention weights of a pass over prompt + answer
-    CHOICE_LOGLIKELIHOODS = "choice_loglikelihoods"  # log p of each option (imported logs)
-
-
 class Cost(str, Enum):
-    """Rough price of a scorer beyond the greedy generation."""
+    """Rough price of a scorer beyond the greedy generation, cheapest first."""
 
     FREE = "free"              # arithmetic on statistics already stored
-    FEATURES = "features"      # shared pairwise/embedding features
-    MODEL_CALLS = "model_calls"  # extra forward passes or generations
+    FEATURES = "features"      # shared pairwise/embedding features of the answer alone
+    SAMPLES = "samples"        # k sampled answers, drawn once for every sampling scorer
+    MODEL_CALLS = "model_calls"  # the scorer's own extra forward passes or generations
 
 
 Level = Literal["answer", "claim"]

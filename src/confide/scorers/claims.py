@@ -113,7 +113,7 @@ def claim_mean_entropy(record: Record, claims: list[Claim], ctx: ScoringContext
     return _over_tokens(record, claims, "token_entropies", lambda v: -float(np.mean(v)))
 
 
-@scorer("claim_self_certainty", level="claim", needs={Need.FULL_DISTRIBUTION})
+@scorer("claim_self_certainty", level="claim", needs={Need.TOKEN_KL_UNIFORM})
 def claim_self_certainty(record: Record, claims: list[Claim], ctx: ScoringContext
                          ) -> list[ClaimValue]:
     r"""Self-certainty over the claim: mean KL divergence from uniform to each :math:`p_t`.
@@ -210,7 +210,7 @@ def claim_ccp(record: Record, claims: list[Claim], ctx: ScoringContext) -> list[
 # --------------------------------------------------------------------------- samples
 
 
-@scorer("claim_support", level="claim", needs={Need.SAMPLES}, cost=Cost.FEATURES,
+@scorer("claim_support", level="claim", needs={Need.SAMPLES}, cost=Cost.SAMPLES,
         n_samples=DEFAULT_SAMPLES, probability=True)
 def claim_support(record: Record, claims: list[Claim], ctx: ScoringContext) -> list[ClaimValue]:
     r"""Share of sampled answers that support the claim (LUQ-style).

@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from confide.core.errors import CannotScore
+from confide.core.options import DEFAULT_SAMPLES
 from confide.core.records import Generation, Record
 from confide.scorers.base import Cost, Need, ScoringContext, scorer
 from confide.scorers.features import (
@@ -27,10 +28,10 @@ from confide.scorers.features import (
     sample_logprobs,
 )
 from confide.scorers.relevance import SAR_TEMPERATURE
+from confide.text.embeddings import embed_tokens
 
 __all__ = ["EIGENSCORE_ALPHA", "bertscore_f1", "cocoa_confidence", "eigenscore_key"]
 
-DEFAULT_SAMPLES = 10
 EIGENSCORE_ALPHA = 1e-3  # Chen et al. (2024): ridge added to the samples' covariance
 
 
@@ -79,7 +80,7 @@ def cocoa_confidence(record: Record, ctx: ScoringContext, uncertainty: float) ->
 _COCOA_NEEDS = {Need.SAMPLES, Need.TOKEN_LOGPROBS}
 
 
-@scorer("cocoa", needs=_COCOA_NEEDS, cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+@scorer("cocoa", needs=_COCOA_NEEDS, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES)
 def cocoa(record: Record, ctx: ScoringContext) -> float:
     r"""Negated CoCoA-MSP: the greedy answer's uncertainty times its inconsistency.
 
@@ -99,7 +100,7 @@ def cocoa(record: Record, ctx: ScoringContext) -> float:
     return cocoa_confidence(record, ctx, u)
 
 
-@scorer("cocoa_ppl", needs=_COCOA_NEEDS, cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+@scorer("cocoa_ppl", needs=_COCOA_NEEDS, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES)
 def cocoa_ppl(record: Record, ctx: ScoringContext) -> float:
     r"""Negated CoCoA-PPL: log-perplexity of the greedy answer times its inconsistency.
 
@@ -118,7 +119,7 @@ def cocoa_ppl(record: Record, ctx: ScoringContext) -> float:
     return cocoa_confidence(record, ctx, u)
 
 
-@scorer("cocoa_mte", needs={Need.SAMPLES, Need.TOKEN_ENTROPIES}, cost=Cost.MODEL_CALLS,
+@scorer("cocoa_mte", needs={Need.SAMPLES, Need.TOKEN_ENTROPIES}, cost=Cost.SAMPLES,
         n_samples=DEFAULT_SAMPLES)
 def cocoa_mte(record: Record, ctx: ScoringContext) -> float:
     r"""Negated CoCoA-MTE: mean token entropy of the greedy answer times its inconsistency.
@@ -138,7 +139,7 @@ def cocoa_mte(record: Record, ctx: ScoringContext) -> float:
 # semantic density
 
 
-@scorer("semantic_density", needs=_COCOA_NEEDS, cost=Cost.MODEL_CALLS,
+@scorer("semantic_density", needs=_COCOA_NEEDS, cost=Cost.SAMPLES,
         n_samples=DEFAULT_SAMPLES)
 def semantic_density(record: Record, ctx: ScoringContext) -> float:
     r"""Semantic density of the greedy answer: likelihood-weighted kernel similarity to the samples.
@@ -181,7 +182,7 @@ def semantic_density(record: Record, ctx: ScoringContext) -> float:
 # sentence-level SAR
 
 
-@scorer("sentence_sar", needs=_COCOA_NEEDS, cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+@scorer("sentence_sar", needs=_COCOA_NEEDS, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES)
 def sentence_sar(record: Record, ctx: ScoringContext) -> float:
     r"""Negated SentenceSAR: sample likelihoods shifted by the likelihood of similar samples.
 
@@ -227,7 +228,7 @@ def sentence_sar(record: Record, ctx: ScoringContext) -> float:
 # embedding consistency
 
 
-@scorer("cosine_consistency", needs={Need.SAMPLES}, cost=Cost.MODEL_CALLS,
+@scorer("cosine_consistency", needs={Need.SAMPLES}, cost=Cost.SAMPLES,
         n_samples=DEFAULT_SAMPLES)
 def cosine_consistency(record: Record, ctx: ScoringContext) -> float:
     r"""Mean rescaled cosine similarity between the greedy answer and each sample.
@@ -275,7 +276,7 @@ def bertscore_f1(candidate: np.ndarray, reference: np.ndarray) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-@scorer("bertscore_consistency", needs={Need.SAMPLES}, cost=Cost.MODEL_CALLS,
+@scorer("bertscore_consistency", needs={Need.SAMPLES}, cost=Cost.SAMPLES,
         n_samples=DEFAULT_SAMPLES)
 def bertscore_consistency(record: Record, ctx: ScoringContext) -> float:
     r"""Mean BERTScore F1 between the greedy answer and each sample, on MiniLM token embeddings.
@@ -300,8 +301,6 @@ def bertscore_consistency(record: Record, ctx: ScoringContext) -> float:
     Generation with BERT", ICLR; [3] Manakul et al., 2023, "SelfCheckGPT",
     EMNLP (SelfCheckGPT-BERTScore).
     """
-    from confide.text.embeddings import embed_tokens
-
     samples = require_samples(record)
     _require_answer(record)
     greedy, *rest = embed_tokens(answers(record))
@@ -310,7 +309,7 @@ def bertscore_consistency(record: Record, ctx: ScoringContext) -> float:
 
 
 @scorer("consistency_confidence", needs={Need.SAMPLES, Need.TOKEN_LOGPROBS},
-        cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+        cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES)
 def consistency_confidence(record: Record, ctx: ScoringContext) -> float:
     r"""Cosine consistency with the samples times the greedy answer's length-normalised probability.
 
@@ -329,7 +328,7 @@ def consistency_confidence(record: Record, ctx: ScoringContext) -> float:
     return cosine_consistency(record, ctx) * math.exp(float(np.mean(lp)))
 
 
-@scorer("label_prob", needs={Need.SAMPLES}, cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+@scorer("label_prob", needs={Need.SAMPLES}, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES)
 def label_prob(record: Record, ctx: ScoringContext) -> float:
     r"""Frequency of the largest semantic cluster among the samples.
 
@@ -388,7 +387,7 @@ def eigenscore_key(samples: list[Generation], wanted: str | None = None) -> str:
     return f"{layers[(len(layers) - 1) // 2]}:last"
 
 
-@scorer("eigenscore", needs={Need.SAMPLES, Need.HIDDEN_STATES}, cost=Cost.MODEL_CALLS,
+@scorer("eigenscore", needs={Need.SAMPLES, Need.HIDDEN_STATES}, cost=Cost.SAMPLES,
         n_samples=DEFAULT_SAMPLES)
 def eigenscore(record: Record, ctx: ScoringContext) -> float:
     r"""Negated EigenScore: mean log-eigenvalue of the samples' hidden-state covariance.

@@ -29,6 +29,7 @@ from confide.core.errors import CannotScore
 from confide.core.records import Generation, Record
 from confide.equivalence.judges import ExactJudge, Judge
 from confide.scorers.context import ScoringContext
+from confide.text import embed_texts
 
 __all__ = ["affinity", "answers", "clusters", "embeddings", "judge_of", "require_samples",
            "sample_logprobs"]
@@ -84,8 +85,6 @@ def embeddings(record: Record, ctx: ScoringContext, name: str, texts: Sequence[s
     """Unit-norm all-MiniLM-L6-v2 embeddings of ``texts`` (rows), cached as ``name``."""
 
     def compute() -> np.ndarray:
-        from confide.text import embed_texts
-
         return np.asarray(embed_texts(list(texts)), dtype=np.float64)
 
     return ctx.cached(record, f"embeddings:{name}", compute)

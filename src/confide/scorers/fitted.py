@@ -10,7 +10,7 @@ reason, a non-finite value NaN. The function takes the fitted model from the
 context (:func:`fitted_context`); the model's ``confidence(record, ctx)``
 gives the value (its out-of-fold score on its own training run). A run plan
 skips these kinds (nothing is fitted while generating;
-:func:`confide.pipeline.answering.plan_scorers`).
+:func:`confide.pipeline.scorer_plan.plan_scorers`).
 
 The formulas and papers are in :func:`confide.learned.fit` and
 :func:`confide.learned.density.fit`; each scorer's docstring gives its own.
@@ -18,30 +18,14 @@ The formulas and papers are in :func:`confide.learned.fit` and
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from confide.core.errors import CannotScore
 from confide.core.records import Record
 from confide.scorers.base import Need, scorer
-from confide.scorers.context import ScoringContext
+from confide.scorers.context import Fitted, FittedModel, ScoringContext
 
-__all__ = ["FITTED_FINAL", "FITTED_MODEL", "FITTED_RUN", "FittedModel", "fitted_context"]
-
-FITTED_MODEL = "fitted_model"  # ctx.options: the fitted model being applied
-FITTED_RUN = "fitted_run"      # ctx.options: the run digest of the records scored
-FITTED_FINAL = "fitted_final"  # ctx.options: the final model on every record, training too
+__all__ = ["Fitted", "FittedModel", "fitted_context"]
 
 _HIDDEN = {Need.TRAINING, Need.HIDDEN_STATES}
-
-
-class FittedModel(Protocol):
-    """What the fitted kinds read from the context: a model of that kind."""
-
-    kind: str
-    name: str
-
-    def confidence(self, record: Record, ctx: ScoringContext) -> float:
-        """One record's confidence; raises :class:`~confide.core.errors.CannotScore`."""
 
 
 def fitted_context(model: FittedModel, *, run: str | None = None,
@@ -51,14 +35,14 @@ def fitted_context(model: FittedModel, *, run: str | None = None,
     ``final``: the final model's score for every record, items it was trained
     on included (no out-of-fold scores, no refusal).
     """
-    return ScoringContext(options={FITTED_MODEL: model, FITTED_RUN: run, FITTED_FINAL: final})
+    return ScoringContext(fitted=Fitted(model, run=run, final=final))
 
 
 def _apply(kind: str, record: Record, ctx: ScoringContext) -> float:
-    model = ctx.options.get(FITTED_MODEL)
-    if model is None:
+    if ctx.fitted is None:
         raise CannotScore(f"{kind}: no fitted model; fit one with `confide fit RUN --kind "
                           f"{kind}` and apply it with `confide eval RUN --with FILE`")
+    model = ctx.fitted.model
     if model.kind != kind:
         raise CannotScore(f"{kind}: the context holds a {model.kind} model")
     return model.confidence(record, ctx)
@@ -81,7 +65,7 @@ def probe(record: Record, ctx: ScoringContext) -> float:
 
 
 @scorer("lens", needs=_HIDDEN | {Need.TOKEN_LOGPROBS, Need.TOKEN_ENTROPIES,
-                                 Need.FULL_DISTRIBUTION})
+                                 Need.TOKEN_KL_UNIFORM})
 def lens(record: Record, ctx: ScoringContext) -> float:
     r"""Lens probe: a probe on the hidden state plus the answer's token-probability features.
 

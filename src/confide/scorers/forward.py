@@ -60,7 +60,7 @@ def _chat_prompt(ctx: ScoringContext) -> bool:
     """Whether the answer was generated from chat messages: the rendered prompt decides
     (TriviaQA's k-shot text is a completion even for a chat model); without one, the
     backend's kind."""
-    prompt = ctx.options.get("prompt")
+    prompt = ctx.prompt
     if prompt is not None:
         return isinstance(prompt, list)
     return isinstance(ctx.backend, HasChatTemplate) and bool(ctx.backend.has_chat_template)
@@ -115,7 +115,7 @@ def cpmi_value(logprobs: np.ndarray, unconditioned: np.ndarray, entropies: np.nd
     return float(np.mean(ell - lam * np.where(gate, np.asarray(unconditioned, float), 0.0)))
 
 
-_PMI_NEEDS = {Need.TOKEN_LOGPROBS, Need.UNCONDITIONED}
+_PMI_NEEDS = {Need.TOKEN_LOGPROBS, Need.UNCONDITIONED_LOGPROBS}
 
 
 @scorer("pmi", needs=_PMI_NEEDS, cost=Cost.MODEL_CALLS)
@@ -186,7 +186,7 @@ def cpmi(record: Record, ctx: ScoringContext) -> float:
 
 def _generation_prompt(record: Record, ctx: ScoringContext) -> Prompt:
     """The prompt the greedy answer was generated from (the pipeline passes it along)."""
-    prompt = ctx.options.get("prompt")
+    prompt = ctx.prompt
     if prompt is None and isinstance(record.item.prompt, list):
         prompt = record.item.prompt  # chat messages are sent as they are
     if prompt is None:

@@ -296,7 +296,7 @@ def _backend(ctx: ScoringContext) -> Any:
 
 
 def _seed(record: Record, ctx: ScoringContext) -> int:
-    return item_seed(int(ctx.options.get("seed", 0)), record.item.id)
+    return item_seed(ctx.seed, record.item.id)
 
 
 def _reply(record: Record, ctx: ScoringContext, prompt: Prompt, max_new_tokens: int,

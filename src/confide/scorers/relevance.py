@@ -15,11 +15,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from confide.core.errors import CannotScore
+from confide.core.options import DEFAULT_SAMPLES
 from confide.core.records import Generation, Record
 from confide.scorers.base import Cost, Need, ScoringContext, scorer
 from confide.scorers.features import answers, embeddings, require_samples
-from confide.scorers.semantic import DEFAULT_SAMPLES
 from confide.scorers.spans import meaningful_spans
+from confide.text import embed_texts
 
 __all__ = ["MARS_TEMPERATURE", "RELEVANCE_WINDOW", "SAR_TEMPERATURE", "mars_value",
            "meaningful_spans", "relevance_spans", "removal_relevance", "removal_relevances",
@@ -69,8 +70,6 @@ def removal_relevances(question: str, answers: Sequence[tuple[list[str], list[li
                        window: int | None = RELEVANCE_WINDOW) -> list[np.ndarray]:
     """:func:`removal_relevance` of several answers to one question, in one embedding call
     (texts sorted by length together, each unique text embedded once)."""
-    from confide.text import embed_texts
-
     texts: list[str] = []
     plans = []  # per answer: per unit, (index of the span's text, index of the text without it)
     for tokens, units in answers:
@@ -173,7 +172,7 @@ def token_sar(record: Record, ctx: ScoringContext) -> float:
     return -_token_sar(record, ctx, record.greedy, "token_sar:greedy")
 
 
-@scorer("sar", needs={Need.SAMPLES, Need.TOKEN_LOGPROBS}, cost=Cost.MODEL_CALLS,
+@scorer("sar", needs={Need.SAMPLES, Need.TOKEN_LOGPROBS}, cost=Cost.SAMPLES,
         n_samples=DEFAULT_SAMPLES)
 def sar(record: Record, ctx: ScoringContext) -> float:
     r"""Negated SAR: sentence- and token-relevance-shifted uncertainty over the samples.

@@ -18,15 +18,14 @@ import itertools
 import numpy as np
 
 from confide.core.errors import CannotScore
+from confide.core.options import DEFAULT_SAMPLES
 from confide.core.records import Record
 from confide.scorers.base import Cost, Need, scorer
 from confide.scorers.features import require_samples, sample_logprobs
 from confide.text import rouge_l_f1, rouge_tokens
 
-DEFAULT_SAMPLES = 10
 
-
-@scorer("mc_entropy", needs={Need.SAMPLES, Need.TOKEN_LOGPROBS}, cost=Cost.MODEL_CALLS,
+@scorer("mc_entropy", needs={Need.SAMPLES, Need.TOKEN_LOGPROBS}, cost=Cost.SAMPLES,
         n_samples=DEFAULT_SAMPLES)
 def mc_entropy(record: Record) -> float:
     r"""Negative Monte-Carlo estimate of the predictive (sequence) entropy.
@@ -60,7 +59,7 @@ def _mean_loglik(record: Record, *, normalize: bool) -> float:
 
 
 @scorer("mc_entropy_normalized", needs={Need.SAMPLES, Need.TOKEN_LOGPROBS},
-        cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+        cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES)
 def mc_entropy_normalized(record: Record) -> float:
     r"""Negative length-normalised Monte-Carlo sequence entropy.
 
@@ -76,7 +75,7 @@ def mc_entropy_normalized(record: Record) -> float:
     return _mean_loglik(record, normalize=True)
 
 
-@scorer("lexical_similarity", needs={Need.SAMPLES}, cost=Cost.MODEL_CALLS,
+@scorer("lexical_similarity", needs={Need.SAMPLES}, cost=Cost.SAMPLES,
         n_samples=DEFAULT_SAMPLES)
 def lexical_similarity(record: Record) -> float:
     r"""Mean pairwise ROUGE-L F-measure between the sampled answers.

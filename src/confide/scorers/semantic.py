@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from confide.core.errors import CannotScore
+from confide.core.options import DEFAULT_SAMPLES
 from confide.core.records import Record
 from confide.scorers.base import Cost, Need, ScoringContext, scorer
 from confide.scorers.features import (
@@ -29,9 +30,8 @@ from confide.scorers.features import (
     sample_logprobs,
 )
 
-__all__ = ["DEFAULT_SAMPLES", "ECC_EIGENVALUE_THRESHOLD", "KLE_TIME"]
+__all__ = ["ECC_EIGENVALUE_THRESHOLD", "KLE_TIME"]
 
-DEFAULT_SAMPLES = 10
 ECC_EIGENVALUE_THRESHOLD = 0.9  # Lin et al. (2024): eigenvectors with eigenvalue below this
 KLE_TIME = 0.3                  # heat-kernel time t of kernel_language_entropy
 
@@ -49,7 +49,7 @@ def _entropy(p: np.ndarray) -> float:
     return float(-(p * np.log(p)).sum())
 
 
-@scorer("agreement", needs=_SAMPLED, cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+@scorer("agreement", needs=_SAMPLED, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES)
 def agreement(record: Record, ctx: ScoringContext) -> float:
     r"""Share of sampled answers equivalent to the greedy answer (its cluster frequency).
 
@@ -68,7 +68,7 @@ def agreement(record: Record, ctx: ScoringContext) -> float:
     return float(np.mean(labels[1:] == labels[0]))
 
 
-@scorer("num_sets", needs=_SAMPLED, cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+@scorer("num_sets", needs=_SAMPLED, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES)
 def num_sets(record: Record, ctx: ScoringContext) -> float:
     r"""Negated number of semantic clusters among the sampled answers.
 
@@ -85,7 +85,7 @@ def num_sets(record: Record, ctx: ScoringContext) -> float:
     return -float(len(np.unique(_sample_labels(record, ctx))))
 
 
-@scorer("semantic_entropy", needs=_SAMPLED, cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+@scorer("semantic_entropy", needs=_SAMPLED, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES)
 def semantic_entropy(record: Record, ctx: ScoringContext) -> float:
     r"""Negated discrete semantic entropy, from cluster frequencies among the samples.
 
@@ -109,7 +109,7 @@ def semantic_entropy(record: Record, ctx: ScoringContext) -> float:
 
 
 @scorer("semantic_entropy_weighted", needs={Need.SAMPLES, Need.TOKEN_LOGPROBS},
-        cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+        cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES)
 def semantic_entropy_weighted(record: Record, ctx: ScoringContext) -> float:
     r"""Negated semantic entropy with cluster probabilities from sequence likelihoods.
 
@@ -165,7 +165,7 @@ def _normalized_laplacian(w: np.ndarray) -> np.ndarray:
     return np.eye(len(w)) - inv_sqrt[:, None] * w * inv_sqrt[None, :]
 
 
-@scorer("eigv", needs=_SAMPLED, cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+@scorer("eigv", needs=_SAMPLED, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES)
 def eigv(record: Record, ctx: ScoringContext) -> float:
     r"""Negated sum of eigenvalues of the graph Laplacian (a soft number of clusters).
 
@@ -182,7 +182,7 @@ def eigv(record: Record, ctx: ScoringContext) -> float:
     return -float(np.clip(1.0 - lam, 0.0, None).sum())
 
 
-@scorer("degree", needs=_SAMPLED, cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+@scorer("degree", needs=_SAMPLED, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES)
 def degree(record: Record, ctx: ScoringContext) -> float:
     r"""Negated degree-matrix uncertainty: one minus the mean normalised degree.
 
@@ -197,7 +197,7 @@ def degree(record: Record, ctx: ScoringContext) -> float:
     return -float((k * k - w.sum()) / (k * k))
 
 
-@scorer("eccentricity", needs=_SAMPLED, cost=Cost.MODEL_CALLS, n_samples=DEFAULT_SAMPLES)
+@scorer("eccentricity", needs=_SAMPLED, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES)
 def eccentricity(record: Record, ctx: ScoringContext) -> float:
     r"""Negated spread of the samples in the Laplacian's spectral embedding.
 
@@ -216,7 +216,7 @@ def eccentricity(record: Record, ctx: ScoringContext) -> float:
     return -float(np.linalg.norm(v - v.mean(axis=0, keepdims=True)))
 
 
-@scorer("kernel_language_entropy", needs=_SAMPLED, cost=Cost.MODEL_CALLS,
+@scorer("kernel_language_entropy", needs=_SAMPLED, cost=Cost.SAMPLES,
         n_samples=DEFAULT_SAMPLES)
 def kernel_language_entropy(record: Record, ctx: ScoringContext) -> float:
     r"""Negated von Neumann entropy of the normalised heat kernel of the samples' graph.

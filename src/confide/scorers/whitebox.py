@@ -108,7 +108,7 @@ def max_entropy(record: Record) -> float:
     return -float(np.max(token_statistic(record.greedy, "token_entropies")))
 
 
-@scorer("self_certainty", needs={Need.FULL_DISTRIBUTION})
+@scorer("self_certainty", needs={Need.TOKEN_KL_UNIFORM})
 def self_certainty(record: Record) -> float:
     r"""Self-certainty: mean KL divergence from the uniform distribution to each p_t.
 
@@ -132,7 +132,7 @@ def self_certainty(record: Record) -> float:
     return float(np.mean(token_statistic(record.greedy, "token_kl_uniform")))
 
 
-@scorer("renyi_negentropy", needs={Need.RENYI_UNIFORM})
+@scorer("renyi_negentropy", needs={Need.TOKEN_RENYI_UNIFORM})
 def renyi_negentropy(record: Record) -> float:
     r"""Mean Rényi divergence (order 1/2) of each tempered next-token distribution from uniform.
 
@@ -163,7 +163,7 @@ def renyi_negentropy(record: Record) -> float:
     return float(np.mean(token_statistic(record.greedy, "token_renyi_uniform")))
 
 
-@scorer("fisher_rao", needs={Need.FISHER_RAO_UNIFORM})
+@scorer("fisher_rao", needs={Need.TOKEN_FISHER_RAO_UNIFORM})
 def fisher_rao(record: Record) -> float:
     r"""Mean Fisher–Rao distance of each tempered next-token distribution from uniform, over pi.
 

@@ -87,6 +87,7 @@ from confide.serve.decisions import Calibrator, Policy
 from confide.serve.guards import BodyLimit, RequestError, check_limits, check_size
 from confide.serve.models import ChatCompletionRequest, CompletionRequest, Limits, error_body
 from confide.serve.replies import Replies
+from confide.serve.traffic import TrafficLog, traffic_identity
 from confide.serve.upstream import Upstream
 
 if TYPE_CHECKING:  # claims_payload calls predict on arrays: the fitted class, not the Protocol
@@ -160,8 +161,6 @@ def create_app(backend: Backend, *, model_name: str | None = None,
         "model", backend.name)), limits, calibrator, policy, abstain_message, timeout, seed,
         early_abstention, summary_samples, claims, claims_calibrator)
     if log_run is not None:
-        from confide.serve.traffic import TrafficLog, traffic_identity
-
         replies.traffic = TrafficLog.open(log_run, backend=backend.config(), identity=(
             traffic_identity(model=replies.served, backend=backend.name, scorers=names,
                              seed=seed, summary_samples=summary_samples)))

@@ -4,9 +4,8 @@ A calibrator maps one scorer's raw confidence to a probability of being
 correct; an abstention policy maps a confidence (the calibrated probability,
 or one scorer's raw value) to *answer* or *abstain*. Both are fitted by
 :mod:`confide.decisions` (``confide calibrate``, ``confide abstain``) and
-saved as JSON files; this module loads them through
-``confide.decisions.load_calibrator(path)`` and
-``confide.decisions.load_policy(path)``, and says clearly when it cannot.
+saved as JSON files; this module loads them with the decisions' own loaders, which
+refuse a file they cannot read with its path and field named.
 
 What the server needs from the loaded objects (:class:`Calibrator`,
 :class:`Policy`) is small, so anything with that shape can be passed to
@@ -15,7 +14,6 @@ What the server needs from the loaded objects (:class:`Calibrator`,
 
 from __future__ import annotations
 
-import importlib
 import math
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -48,27 +46,11 @@ class Policy(Protocol):
     def decide(self, confidence: float) -> bool | str: ...
 
 
-def _load(kind: str, path: str | Path) -> Any:
-    path = Path(path)
-    if not path.is_file():
-        raise InvalidInputError(f"no such {kind} file", file=str(path))
-    try:
-        module = importlib.import_module("confide.decisions")
-    except ImportError as exc:
-        raise InvalidInputError(
-            f"loading a {kind} needs confide.decisions, which this installation lacks",
-            file=str(path)) from exc
-    loader = getattr(module, f"load_{kind}", None)
-    if loader is None:
-        raise InvalidInputError(
-            f"confide.decisions has no load_{kind}(path); cannot load this {kind}",
-            file=str(path))
-    return loader(path)
-
-
 def load_calibrator(path: str | Path) -> Calibrator:
-    """Load a fitted calibrator (JSON) through ``confide.decisions.load_calibrator``."""
-    obj = _load("calibrator", path)
+    """Load a fitted calibrator (JSON: :func:`confide.decisions.calibration.load_calibrator`)."""
+    from confide.decisions.calibration import load_calibrator as load  # scipy: only when asked
+
+    obj = load(path)
     if not isinstance(obj, Calibrator):
         raise InvalidInputError("the loaded object has no `scorer` and `predict(confidence)`",
                                 file=str(path))
@@ -76,8 +58,11 @@ def load_calibrator(path: str | Path) -> Calibrator:
 
 
 def load_policy(path: str | Path) -> Policy:
-    """Load a fitted abstention policy (JSON) through ``confide.decisions.load_policy``."""
-    obj = _load("policy", path)
+    """Load a fitted abstention policy (JSON: :func:`confide.decisions.abstention.load_policy`).
+    """
+    from confide.decisions.abstention import load_policy as load  # scipy: only when asked
+
+    obj = load(path)
     if not isinstance(obj, Policy):
         raise InvalidInputError("the loaded object has no `scorer` and `decide(confidence)`",
                                 file=str(path))

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from confide.backends import load_backend
 from confide.core.errors import InvalidInputError
+from confide.pipeline.streaming import EarlyAbstention
+from confide.runs.claims import ClaimConfig
+from confide.scorers import SCORERS
+from confide.scorers.claims import DEFAULT_CLAIM_SCORERS
+from confide.serve.app import DEFAULT_ABSTAIN_MESSAGE, create_app
+from confide.serve.decisions import load_calibrator, load_policy
 from confide.serve.models import Limits
 
 __all__ = ["build_app", "serve"]
@@ -26,11 +33,6 @@ def build_app(*, model: str, backend: str = "hf", base_url: str | None = None,
     ``long_form``: each reply lists the answer's claims with their confidences
     (the claim scorers that need no samples, so a reply costs no extra sampling).
     """
-    from confide.backends import load_backend
-    from confide.pipeline.streaming import EarlyAbstention
-    from confide.serve.app import DEFAULT_ABSTAIN_MESSAGE, create_app
-    from confide.serve.decisions import load_calibrator, load_policy
-
     # options are checked before the model loads (same rules as the API and requests)
     early = None if early_abstain_below is None else EarlyAbstention(early_abstain_below,
                                                                      early_abstain_after)
@@ -48,10 +50,6 @@ def build_app(*, model: str, backend: str = "hf", base_url: str | None = None,
     loaded = load_backend(backend, model, **options)
     claims = None
     if long_form:
-        from confide.runs.claims import ClaimConfig
-        from confide.scorers import SCORERS
-        from confide.scorers.claims import DEFAULT_CLAIM_SCORERS
-
         claims = ClaimConfig(grader=None, scorers=tuple(
             s for s in DEFAULT_CLAIM_SCORERS if not SCORERS[s].n_samples))
     return create_app(loaded, scorers=scorers, calibrator=cal, policy=pol,

@@ -25,6 +25,7 @@ from confide.backends.base import (
     item_seed,
 )
 from confide.core.errors import BackendError, BackendTimeout
+from confide.core.jsonsafe import finite_or_none
 from confide.core.records import Generation, Item, Record
 from confide.equivalence.judges import ExactJudge
 from confide.equivalence.summary import summarize
@@ -118,7 +119,7 @@ class Replies:
             info.update(decision="abstain", decided_on="early_abstention",
                         decision_reason=abstained)
         if self.claims is not None:  # long answers: the claim list with its confidences
-            from confide.decisions.refining import claims_payload
+            from confide.decisions.refining import claims_payload  # scipy: long answers only
 
             info["claims"] = await loop.run_in_executor(None, functools.partial(
                 claims_payload, records[0], self.claims, backend=self.backend,
@@ -238,15 +239,11 @@ def reply_id(kind: str) -> str:
     return f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
 
 
-def finite(value: float) -> float | None:
-    return None if math.isnan(value) or math.isinf(value) else float(value)
-
-
 def confide_object(record: Record, skipped: dict[str, str], calibrator: Calibrator | None,
                     policy: Policy | None) -> dict[str, Any]:
     info: dict[str, Any] = {
         "scored_choice": 0,
-        "confidences": {k: finite(v) for k, v in record.scores.items()},
+        "confidences": {k: finite_or_none(v) for k, v in record.scores.items()},
         "reasons": dict(record.score_errors),
         "skipped": dict(skipped),
         "calibrated": None,
@@ -257,7 +254,7 @@ def confide_object(record: Record, skipped: dict[str, str], calibrator: Calibrat
         if math.isnan(raw):
             info["reasons"]["calibrated"] = f"no {calibrator.scorer} confidence to calibrate"
         else:
-            info["calibrated"] = finite(float(calibrator.predict(raw)))
+            info["calibrated"] = finite_or_none(calibrator.predict(raw))
     if policy is not None:
         info.update(decide(policy, record.scores, info["calibrated"]))
     return info

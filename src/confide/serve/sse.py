@@ -44,12 +44,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from confide.core.errors import BackendTimeout
+from confide.core.jsonsafe import finite_or_none
 from confide.core.records import Generation
 from confide.pipeline.streaming import AnswerStream, TokenUpdate
 from confide.serve.models import GenerationRequest, error_body
@@ -59,10 +59,6 @@ __all__ = ["StreamReply", "chat_logprobs", "event_stream", "text_logprobs"]
 log = logging.getLogger(__name__)
 
 Step = tuple[str, float, list[tuple[str, float]]]  # token, log-probability, top alternatives
-
-
-def _num(value: float | None) -> float | None:
-    return None if value is None or not math.isfinite(value) else float(value)
 
 
 def chat_logprobs(steps: list[Step]) -> dict[str, Any]:
@@ -129,8 +125,9 @@ class StreamReply:
         return self._event(
             [self._choice(update.choice, update.delta, None, logprobs)],
             confide={"index": update.choice, "token": update.token,
-                     "logprob": _num(update.logprob), "entropy": _num(update.entropy),
-                     "running_confidence": _num(update.running_confidence),
+                     "logprob": finite_or_none(update.logprob),
+                     "entropy": finite_or_none(update.entropy),
+                     "running_confidence": finite_or_none(update.running_confidence),
                      "n_tokens": update.n_tokens})
 
     def end(self, info: dict[str, Any], gens: list[Generation], answer: AnswerStream,

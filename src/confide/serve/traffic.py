@@ -71,6 +71,8 @@ from typing import Any
 
 from confide.core.errors import ConfigMismatch, StoreDamaged, StoreError
 from confide.core.records import Item, Record
+from confide.pipeline.plan import QUESTIONS_GRADER
+from confide.store.run_store import RunStore
 
 __all__ = ["TrafficLog", "traffic_identity"]
 
@@ -93,8 +95,6 @@ def traffic_identity(*, model: str, backend: str, scorers: tuple[str, ...] | lis
     >>> traffic_identity(model="m", backend="openai", scorers=["msp"])["task"]
     'serve'
     """
-    from confide.pipeline.plan import QUESTIONS_GRADER
-
     return {"source": "serve", "task": "serve", "model": model, "backend": backend,
             "scorers": list(scorers), "grader": QUESTIONS_GRADER, "seed": seed,
             "summary_samples": summary_samples}
@@ -140,13 +140,10 @@ class TrafficLog:
         directory, a locked store) is logged and counted: the server starts, and each
         write tries again.
         """
-        from confide.runs.execution import check_backend
-        from confide.store.run_store import RunStore
-
         traffic = cls(Path(path), identity, backend, **options)
         try:
             with RunStore.open(traffic.path, identity, timeout=traffic.busy_timeout) as store:
-                check_backend(store, backend)
+                store.check_backend(backend)
         except (ConfigMismatch, StoreDamaged) as exc:
             raise type(exc)(f"--log-run {path}: {exc}") from exc
         except (StoreError, OSError) as exc:
@@ -233,12 +230,9 @@ class TrafficLog:
                     self._behind = False
 
     def _open_store(self) -> None:
-        from confide.runs.execution import check_backend
-        from confide.store.run_store import RunStore
-
         store = RunStore.open(self.path, self.identity, timeout=self.busy_timeout)
         try:
-            check_backend(store, self.backend)
+            store.check_backend(self.backend)
             if store.get_meta("skipped_scorers") != self.skipped:
                 store.set_meta("skipped_scorers", self.skipped)
             self._next = len(store)  # positions continue from what is stored

@@ -1,10 +1,11 @@
-"""Exports of a stored run: the row formats of the store, and OpenAI response objects.
+"""Exports of a stored run: every format (:data:`EXPORT_FORMATS`), behind one entry point.
 
-:func:`export_run` is what ``confide export RUN --format F`` calls:
+:func:`export_run` is what ``confide export RUN --format F``, :func:`confide.export` and
+:meth:`confide.Run.export` call:
 
 ``jsonl``, ``csv``, ``parquet``
     one row per record, one column per scorer and grader
-    (:meth:`confide.store.run_store.RunStore.export`);
+    (:func:`confide.store.run_store.record_row`);
 ``openai``
     one Chat Completions response object per line (:func:`openai_response`): the
     greedy answer as choice 0 and the samples as further choices, each with
@@ -34,11 +35,14 @@ from typing import Any
 from confide.core.errors import StoreError
 from confide.core.paths import writable_file
 from confide.core.records import Generation, Record
-from confide.store.run_store import LABEL_GRADE, RunStore
+from confide.store.run_store import LABEL_GRADE, RunStore, record_row
 
-__all__ = ["EXPORT_FORMATS", "export_openai", "export_run", "openai_response"]
+__all__ = ["EXPORT_FORMATS", "export_run", "openai_response"]
 
+#: Every export format, each with its default file name in the run directory.
 EXPORT_FORMATS = ("jsonl", "csv", "parquet", "openai")
+_FILE_NAMES = {"jsonl": "records.jsonl", "csv": "records.csv", "parquet": "records.parquet",
+               "openai": "records.openai.jsonl"}
 
 
 def export_run(store: RunStore, fmt: str, path: str | Path | None = None) -> Path:
@@ -48,26 +52,65 @@ def export_run(store: RunStore, fmt: str, path: str | Path | None = None) -> Pat
     fmt = fmt.lower()
     if fmt not in EXPORT_FORMATS:
         raise StoreError(f"unknown export format {fmt!r}; use {', '.join(EXPORT_FORMATS)}")
-    if fmt == "openai":
-        return export_openai(store, path)
-    return store.export(fmt, path)
-
-
-def export_openai(store: RunStore, path: str | Path | None = None) -> Path:
-    """Write one OpenAI Chat Completions response object per record (JSON Lines)."""
-    target = writable_file(path or store.path / "records.openai.jsonl", "--out")
+    target = writable_file(path or store.path / _FILE_NAMES[fmt], "--out")
     records, store.unreadable = store.readable_records()
-    backend = store.get_meta("backend", {}) or {}
-    config = store.config or {}
-    model = str(backend.get("model") or config.get("model") or "")
     try:
-        with open(target, "w", encoding="utf-8") as fh:
-            for record in records:
-                fh.write(json.dumps(openai_response(record, model=model), ensure_ascii=False,
-                                    allow_nan=False) + "\n")
+        if fmt == "openai":
+            _write_openai(records, _model_name(store), target)
+        else:
+            _write_rows([record_row(r) for r in records], fmt, target)
     except OSError as exc:
         raise StoreError(f"{target}: cannot write: {exc.strerror or exc}") from exc
     return target
+
+
+def _model_name(store: RunStore) -> str:
+    backend = store.get_meta("backend", {}) or {}
+    config = store.config or {}
+    return str(backend.get("model") or config.get("model") or "")
+
+
+def _write_openai(records: list[Record], model: str, target: Path) -> None:
+    """One OpenAI Chat Completions response object per record (JSON Lines)."""
+    with open(target, "w", encoding="utf-8") as fh:
+        for record in records:
+            fh.write(json.dumps(openai_response(record, model=model), ensure_ascii=False,
+                                allow_nan=False) + "\n")
+
+
+def _write_rows(rows: list[dict[str, Any]], fmt: str, target: Path) -> None:
+    """One row per record as JSON Lines, CSV (lists joined with `` | ``) or Parquet."""
+    if fmt == "jsonl":
+        with open(target, "w", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+        return
+    import pyarrow as pa
+
+    columns = sorted({k for row in rows for k in row}, key=_column_order)
+    table = pa.Table.from_pylist(
+        [{k: row.get(k) for k in columns} for row in rows]) if rows else pa.table({})
+    if fmt == "csv":
+        import pyarrow.csv as pacsv
+
+        flat = table
+        for i, name in enumerate(flat.column_names):  # csv cannot hold lists
+            if pa.types.is_list(flat.schema.field(name).type):
+                joined = [None if v is None else " | ".join(map(str, v))
+                          for v in flat.column(name).to_pylist()]
+                flat = flat.set_column(i, name, pa.array(joined, pa.string()))
+        pacsv.write_csv(flat, target)
+    else:
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, target)
+
+
+def _column_order(name: str) -> tuple[int, str]:
+    head = ["id", "question", "answer", "references", "n_tokens", "finish_reason", "seconds"]
+    if name in head:
+        return (head.index(name), "")
+    return (len(head) + (0 if name.startswith("grade.") else 1), name)
 
 
 def openai_response(record: Record, *, model: str = "") -> dict[str, Any]:

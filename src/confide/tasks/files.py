@@ -72,6 +72,7 @@ from typing import Any
 from confide.core.errors import InvalidInputError
 from confide.core.records import Item
 from confide.tasks.base import LETTERS, BadRecords, Task, file_sha256, pop_options
+from confide.tasks.prompts import FORMATS, SHORT_ANSWER
 from confide.tasks.readers import iter_csv, iter_json_array, iter_jsonl, iter_parquet
 
 __all__ = ["PROMPTS", "SHORT_ANSWER_WORDS", "SUFFIXES", "claim_labels", "iter_csv",
@@ -367,8 +368,6 @@ def _prompting(mapping: dict[str, Any], fmt: str, items: list[Item],
         fields["fewshot"] = fewshot
         fields["num_fewshot" if kind == "kshot" else "chat_fewshot"] = len(fewshot)
     if kind == "kshot":
-        from confide.tasks.prompts import SHORT_ANSWER
-
         fields["templates"] = dict(SHORT_ANSWER)
     return items, fields
 
@@ -379,8 +378,6 @@ def _finish_user_task(name: str, items: list[Item], mapping: dict[str, Any], *,
                       long_form: bool) -> Task:
     mc = mapping["choices_field"] is not None
     fmt = mapping["format"] or ("multiple_choice" if mc else "open_qa")
-    from confide.tasks.prompts import FORMATS
-
     if fmt not in FORMATS:
         raise InvalidInputError(f"unknown format {fmt!r}; known: {sorted(FORMATS)}",
                                 field="format")

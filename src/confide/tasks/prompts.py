@@ -38,6 +38,8 @@ from typing import Any
 
 import jinja2
 
+from confide.core.errors import InvalidInputError
+
 __all__ = ["FORMATS", "SHORT_ANSWER", "render_template", "resolve_templates"]
 
 _TEMPLATE_KEYS = ("system", "header", "chat", "completion", "target", "separator")
@@ -138,8 +140,6 @@ def resolve_templates(fmt: str, override: str | dict[str, Any] | None,
 
     Raises ``InvalidInputError`` for an unknown key or a template Jinja2 cannot parse.
     """
-    from confide.core.errors import InvalidInputError
-
     templates = dict(FORMATS[fmt])
     if base is not None:
         templates.update(base)
@@ -170,8 +170,6 @@ def resolve_templates(fmt: str, override: str | dict[str, Any] | None,
 
 def render_template(text: str, variables: dict[str, Any]) -> str:
     """Render one Jinja2 template; an unknown variable raises ``InvalidInputError``."""
-    from confide.core.errors import InvalidInputError
-
     try:
         return _compile(text).render(**variables)
     except jinja2.UndefinedError as exc:

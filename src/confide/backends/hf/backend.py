@@ -30,6 +30,7 @@ from confide.backends.hf.passes import ExtraPasses
 from confide.backends.hf.tuning import DTYPES, MeasuredSettings, choose_dtype
 from confide.backends.models import DEFAULT_MODEL, resolve_model
 from confide.core.errors import InvalidInputError, ModelLoadError
+from confide.core.needs import TOKEN_STATISTICS, Need
 
 __all__ = ["HFBackend"]
 
@@ -55,10 +56,8 @@ class HFBackend(MeasuredSettings, ExtraPasses, DecodingLoop, Backend, Streams, T
     """
 
     name = "hf"
-    capabilities = frozenset({"token_logprobs", "token_entropies", "token_kl_uniform",
-                              "token_renyi_uniform", "token_fisher_rao_uniform",
-                              "top_logprobs", "samples", "hidden_states", "extra_prompt",
-                              "unconditioned_logprobs", "attentions"})
+    capabilities = frozenset({*TOKEN_STATISTICS, Need.SAMPLES, Need.HIDDEN_STATES,
+                              Need.EXTRA_PROMPT, Need.UNCONDITIONED_LOGPROBS, Need.ATTENTIONS})
     streaming = True  # generate(..., on_token=) reports each token (confide.pipeline.streaming)
 
     def __init__(self, model: str = DEFAULT_MODEL, *, device: str | None = None,

@@ -1,4 +1,6 @@
-"""LLM-as-a-judge: the judge's prompt and the grader that reads its Yes/No probability."""
+"""The ``llm`` grader (LLM-as-a-judge): a model asked whether the answer is right, read
+from its Yes/No probability. (Registered also under its former name ``judge``; the
+equivalence judges of :mod:`confide.equivalence` are another thing.)"""
 
 from __future__ import annotations
 
@@ -10,13 +12,13 @@ from confide.core.errors import CannotScore, ConfideError
 from confide.core.records import Item
 from confide.grading.base import grader, references
 
-__all__ = ["judge", "judge_prompt"]
+__all__ = ["grading_prompt", "llm"]
 
 
-def judge_prompt(answer: str, item: Item, *, chat: bool) -> str | list[dict[str, str]]:
-    """The judge's question: is the proposed answer correct, given the references?
+def grading_prompt(answer: str, item: Item, *, chat: bool) -> str | list[dict[str, str]]:
+    """The grading question: is the proposed answer correct, given the references?
 
-    >>> print(judge_prompt("Paris", Item("q", "Capital of France?", ["Paris"]), chat=False))
+    >>> print(grading_prompt("Paris", Item("q", "Capital of France?", ["Paris"]), chat=False))
     Question: Capital of France?
     Correct answers: Paris
     Proposed answer: Paris
@@ -30,8 +32,8 @@ def judge_prompt(answer: str, item: Item, *, chat: bool) -> str | list[dict[str,
     return text + "\nReply:"
 
 
-@grader("judge", continuous=True, needs_backend=True)
-def judge(answer: str, item: Item, *, backend: Any = None) -> float:
+@grader("llm", continuous=True, needs_backend=True, aliases=("judge",))
+def llm(answer: str, item: Item, *, backend: Any = None) -> float:
     r"""LLM-as-a-judge: the probability a model answers "Yes" to "is this answer correct?".
 
     .. math::
@@ -39,7 +41,7 @@ def judge(answer: str, item: Item, *, backend: Any = None) -> float:
                  {P(\text{Yes} \mid q, R, y) + P(\text{No} \mid q, R, y)}
 
     The judge sees the question :math:`q`, the reference answers :math:`R` and
-    the proposed answer :math:`y` (:func:`judge_prompt`); the probability sums
+    the proposed answer :math:`y` (:func:`grading_prompt`); the probability sums
     the one-token spellings of Yes and of No. Any confide backend can judge; in
     ``confide run`` it is the run's own model (a small model judging itself is
     a weak, self-favouring judge: name a stronger one through the API with
@@ -57,11 +59,12 @@ def judge(answer: str, item: Item, *, backend: Any = None) -> float:
     if not answer.strip():
         return 0.0  # an empty answer is never right, whatever the judge model says
     if backend is None:
-        raise ConfideError("the judge grader needs a model: pass backend= (confide run passes "
+        raise ConfideError("the llm grader needs a model: pass backend= (confide run passes "
                            "the run's model)")
     chat = isinstance(backend, HasChatTemplate) and bool(backend.has_chat_template)
-    prompt = judge_prompt(answer, item, chat=chat)
+    prompt = grading_prompt(answer, item, chat=chat)
     try:
         return two_way_probability(backend, prompt, YES, NO)
     except CannotScore as exc:
-        raise ConfideError(f"item {item.id!r}: judge gave no Yes/No probability: {exc}") from exc
+        raise ConfideError(f"item {item.id!r}: the grading model gave no Yes/No probability: "
+                           f"{exc}") from exc
