@@ -43,13 +43,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from confide.core.errors import InvalidInputError
 from confide.core.needs import Need
 from confide.core.options import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, check_option, check_stop
 from confide.core.records import Generation, Message
-from confide.core.registry import Registry, load_object
+from confide.core.registry import Registry
 
 __all__ = ["BACKENDS", "Backend", "GenerationResult", "GenerationSpec", "GeneratesAsync",
            "HasAttentions", "HasChatTemplate", "HasConfig", "HasContextWindow", "HasLayers",
@@ -261,10 +261,30 @@ def item_seed(run_seed: int, item_id: str) -> int:
     return int.from_bytes(digest[:8], "little") >> 1
 
 
-BACKENDS: Registry[str] = Registry("backend")
-BACKENDS.add("hf", "confide.backends.hf:HFBackend")
-BACKENDS.add("openai", "confide.backends.openai:OpenAIBackend")
-BACKENDS.add("vllm", "confide.backends.vllm:VLLMBackend")
+# Each backend's class is imported when it is chosen: torch and transformers (hf), httpx
+# (openai) and vllm are heavy, and none is needed to list the backends.
+def _hf() -> Callable[..., Backend]:
+    from confide.backends.hf import HFBackend
+
+    return HFBackend
+
+
+def _openai() -> Callable[..., Backend]:
+    from confide.backends.openai import OpenAIBackend
+
+    return OpenAIBackend
+
+
+def _vllm() -> Callable[..., Backend]:
+    from confide.backends.vllm import VLLMBackend
+
+    return VLLMBackend
+
+
+BACKENDS: Registry[Callable[[], Callable[..., Backend]]] = Registry("backend")
+BACKENDS.add("hf", _hf)
+BACKENDS.add("openai", _openai)
+BACKENDS.add("vllm", _vllm)
 
 
 def load_backend(name: str, model: str, **options: Any) -> Backend:
@@ -274,8 +294,7 @@ def load_backend(name: str, model: str, **options: Any) -> Backend:
     ``hf``; ``base_url``, ``concurrency``, ``timeout`` for ``openai``;
     ``tensor_parallel_size`` and vLLM engine keywords for ``vllm``).
     """
-    cls = cast("Callable[..., Backend]", load_object(BACKENDS[name]))
-    return cls(model, **options)
+    return BACKENDS[name]()(model, **options)
 
 
 def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:

@@ -9,7 +9,6 @@ matches and the full list.
 from __future__ import annotations
 
 import difflib
-import importlib
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
@@ -17,7 +16,7 @@ from confide.core.errors import UnknownNameError
 
 T = TypeVar("T")
 
-__all__ = ["Registry", "load_object"]
+__all__ = ["Registry"]
 
 
 class Registry(Generic[T]):
@@ -67,9 +66,3 @@ class Registry(Generic[T]):
 
     def values(self) -> list[T]:
         return [self._entries[k] for k in sorted(self._entries)]
-
-
-def load_object(spec: str) -> object:
-    """Import ``"package.module:attribute"`` lazily (keeps heavy imports off ``import confide``)."""
-    module, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module), attr)

@@ -82,7 +82,9 @@ from numpy.typing import ArrayLike, NDArray
 
 from confide.core.errors import InvalidInputError
 from confide.core.jsonsafe import json_safe
+from confide.decisions._runs import run_column
 from confide.decisions.calibration import check_header, read_json, write_json
+from confide.metrics.core import check_confidence_correct, check_count
 
 if TYPE_CHECKING:
     from confide.decisions.calibration import Calibrator
@@ -331,8 +333,6 @@ def fit_abstention(confidence: ArrayLike, correct: ArrayLike, *, alpha: float = 
     >>> fit.policy.threshold, fit.policy.coverage
     (30.0, 0.7)
     """
-    from confide.metrics.core import check_confidence_correct, check_count
-
     alpha, delta = _check_level(alpha, "alpha"), _check_level(delta, "delta")
     conf, corr = check_confidence_correct(confidence, correct, "raise")
     if not np.isin(corr, (0.0, 1.0)).all():
@@ -427,8 +427,6 @@ def abstain_run(run: Any, scorer: str, *, alpha: float = 0.1, delta: float = 0.1
     out of the calibration sample (a policy abstains on them); ``coverage`` is
     then taken over all graded records.
     """
-    from confide.decisions._runs import run_column
-
     if calibrator is not None and calibrator.scorer != scorer:
         raise InvalidInputError(f"the calibrator is for scorer {calibrator.scorer!r}, not "
                                 f"{scorer!r}", field="calibrator")

@@ -39,7 +39,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from confide.core.errors import InvalidInputError
+from confide.decisions._runs import sampled_records
 from confide.decisions.voting import check_labels, majority_vote
+from confide.grading import grade
 
 __all__ = ["AdaptiveReport", "adaptive_vote", "leader_probability", "replay_adaptive"]
 
@@ -128,9 +130,6 @@ def replay_adaptive(run: Any, *, levels: tuple[float, ...] = (0.8, 0.9, 0.95, 0.
     come from ``judge`` (default: the run's grader's judge); the chosen
     answer (the winning cluster's first sample) is graded with the run's grader.
     """
-    from confide.decisions._runs import sampled_records
-    from confide.grading import grade
-
     run, grader, judge_name, equiv, usable = sampled_records(run, grader, judge)
     max_k = min(len(r.samples) for r in usable)
     fixed: dict[int, list[float]] = {k: [] for k in range(1, max_k + 1)}

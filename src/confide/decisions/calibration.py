@@ -35,6 +35,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from confide.core.errors import InvalidInputError
+from confide.decisions._runs import run_column
 from confide.metrics.calibration import (
     ReliabilityDiagram,
     brier_loss,
@@ -302,8 +303,6 @@ def calibrate_run(run: Any, scorer: str, *, method: Method = "isotonic",
     """Fit a calibrator of ``scorer`` on a graded run (a :class:`~confide.api.Run` or its
     directory) and measure it by cross-fitting; records without that score are left out
     and counted."""
-    from confide.decisions._runs import run_column
-
     col = run_column(run, scorer, grader)
     calibrator = fit_calibrator(col.confidence, col.correct, method=method, scorer=scorer,
                                 n_bins=n_bins, grader=col.grader, source=col.source)

@@ -35,6 +35,7 @@ from confide.core.options import CHOICES, check_choice, check_option
 from confide.core.records import Claim, Record
 from confide.decisions.calibration import Calibrator, fit_calibrator
 from confide.evaluation.claims import claim_columns
+from confide.metrics import crossfit_probabilities
 from confide.metrics.crossfit import Method
 from confide.runs.claims import claim_record
 
@@ -203,8 +204,6 @@ def refine_run(records: list[Record], *, scorer: str, grader: str, threshold: fl
     and the calibrator beside it (``claims_calibrator.json``), so
     :func:`refine` and ``confide serve`` can apply it to new answers.
     """
-    from confide.metrics import crossfit_probabilities
-
     summary = RefineSummary(scorer, float(threshold))
     cols = claim_columns(records, grader)
     conf = cols.confidence.get(scorer, np.full(cols.correct.size, math.nan))

@@ -41,6 +41,10 @@ from numpy.typing import ArrayLike, NDArray
 
 from confide.core.errors import InvalidInputError
 from confide.core.options import DEFAULT_TASK
+from confide.decisions._runs import as_run
+from confide.metrics.core import as_1d
+from confide.pipeline.answering import DEFAULT_SCORERS
+from confide.runs.stored import generate_and_evaluate
 
 __all__ = ["CascadeCurve", "CascadePoint", "cascade", "cascade_curve", "route_models"]
 
@@ -155,8 +159,6 @@ def cascade_curve(small_confidence: ArrayLike, small_correct: ArrayLike,
     >>> cur.thresholds.tolist(), cur.accuracy.round(3).tolist(), cur.tokens.round(3).tolist()
     ([0.2, 0.6, 0.9, inf], [0.333, 0.667, 1.0, 1.0], [1.0, 4.333, 7.667, 11.0])
     """
-    from confide.metrics.core import as_1d
-
     conf = as_1d(small_confidence, "small_confidence")
     n = conf.size
     if n == 0:
@@ -212,8 +214,6 @@ def cascade(small_run: Any, large_run: Any, *, scorer: str = "msp",
     what its confidence needed) and its stored generation seconds. Only items
     graded in both runs are used; the others are counted in ``n_unmatched``.
     """
-    from confide.decisions._runs import as_run
-
     small, large = as_run(small_run), as_run(large_run)
     grader = grader or small.grader
     s_records = {r.item.id: r for r in small.records if grader in r.grades}
@@ -255,9 +255,6 @@ def route_models(small: Any, large: Any, *, task: str = DEFAULT_TASK, scorer: st
     (``limit``, ``max_new_tokens``, ``seed``, ...); the small run also computes
     ``scorer``.
     """
-    from confide.pipeline.answering import DEFAULT_SCORERS
-    from confide.runs.stored import generate_and_evaluate
-
     scorers = tuple(settings.pop("scorers", DEFAULT_SCORERS))
     if scorer not in scorers:
         scorers = (*scorers, scorer)

@@ -56,6 +56,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from confide.core.errors import InvalidInputError
+from confide.decisions._runs import sampled_records
+from confide.grading import grade
 
 __all__ = ["VoteComparison", "check_labels", "cisc_vote", "cisc_weights", "compare_votes",
            "majority_vote", "record_clusters", "sample_confidences"]
@@ -206,9 +208,6 @@ def compare_votes(run: Any, *, temperature: float = 0.1, k: int | None = None,
     temperatures to report in ``cisc_by_temperature``. The chosen answer is
     graded with the run's grader.
     """
-    from confide.decisions._runs import sampled_records
-    from confide.grading import grade
-
     run, grader, judge_name, equiv, usable = sampled_records(run, grader, judge)
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
         raise InvalidInputError(f"must be a positive integer, got {k!r}", field="k")

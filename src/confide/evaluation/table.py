@@ -62,6 +62,7 @@ from confide.metrics.length_audit import (
     ranking_agreement,
     stratified_auroc,
 )
+from confide.scorers import SCORERS, run_scorer
 
 __all__ = ["DEFAULT_METRICS", "LENGTH_BASELINE", "MIN_COVERAGE", "Calibration", "Comparison",
            "EvalTable", "GraderAgreement",
@@ -236,8 +237,6 @@ def scorer_order(config: dict[str, Any], skipped: dict[str, str],
 def _length_baseline(records: Sequence[Record]) -> tuple[np.ndarray, list[str | None]]:
     """The registered ``length`` scorer on each record (one definition: NaN with its
     reason for an empty answer)."""
-    from confide.scorers import SCORERS, run_scorer
-
     pairs = [run_scorer(SCORERS[LENGTH_BASELINE], r) for r in records]
     return np.array([v for v, _ in pairs], dtype=float), [why for _, why in pairs]
 

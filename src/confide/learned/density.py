@@ -45,6 +45,7 @@ from confide.learned import Learned, run_digest
 from confide.learned.estimators import SELECTION_FOLDS, auroc
 from confide.learned.model import chosen_hidden_keys
 from confide.metrics.crossfit import crossfit_splits
+from confide.store.run_store import RunStore
 
 __all__ = ["HUQ_SPLIT_SEED", "JITTERS", "KINDS", "Density", "Gaussian", "fit", "fit_run",
            "load_fitted"]
@@ -299,8 +300,6 @@ def fit_run(path: str | Path, *, kind: str, grader: str | None = None,
             background: str | Path | None = None, estimator: str = "logistic",
             scorers: Sequence[str] | None = None, **options: Any) -> Density:
     """Fit on a stored run (see :func:`fit`); ``background`` is another run's directory."""
-    from confide.store.run_store import RunStore
-
     if estimator != "logistic" or scorers:
         raise InvalidInputError(f"{kind} fits a Gaussian of hidden states; it takes no "
                                 "estimator or input scorers", field="kind")

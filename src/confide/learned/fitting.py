@@ -34,6 +34,7 @@ from confide.learned.model import (
     feature_matrix,
 )
 from confide.metrics.crossfit import crossfit_splits
+from confide.store.run_store import RunStore
 
 __all__ = ["Estimator", "apply_to_run", "fit", "fit_run", "run_digest"]
 
@@ -206,8 +207,6 @@ def run_digest(config: dict[str, Any] | None, backend: dict[str, Any] | None) ->
 def fit_run(path: str | Path, *, kind: Kind, grader: str | None = None, **options: Any
             ) -> Learned:
     """Fit on a stored run (hidden states loaded for probes); see :func:`fit`."""
-    from confide.store.run_store import RunStore
-
     with RunStore.open(path) as store:
         config, backend = store.config or {}, store.get_meta("backend", {})
         records = store.records(hidden=kind != "combiner")
@@ -219,8 +218,6 @@ def fit_run(path: str | Path, *, kind: Kind, grader: str | None = None, **option
 
 def apply_to_run(path: str | Path, learned: Sequence[Learned]) -> list[Record]:
     """The run's records with each learned model's scores added (in memory; store untouched)."""
-    from confide.store.run_store import RunStore
-
     with RunStore.open(path) as store:
         config, backend = store.config or {}, store.get_meta("backend", {})
         need_hidden = any(m.kind != "combiner" for m in learned)
