@@ -56,7 +56,7 @@ def _records():
         record = Record(Item(f"q{n}", "Q?", ["ref"]), Generation(text="x " * 10))
         record.claims = [Claim(f"c{k}", 2 * k, 2 * k + 1, tokens=list(range(k + 1)),
                                scores={"claim_support": c, "claim_mean_logprob": -1 + c},
-                               grades={"judge": float(r)})
+                               grades={"llm": float(r)})
                          for k, (c, r) in enumerate(claims)]
         record.scores["claim_support.mean"] = float(np.mean([c for c, _ in claims]))
         record.grades[ANSWER_GRADE] = float(np.mean([r for _, r in claims]))

@@ -30,7 +30,7 @@ def _long_records():
         record.claims = split_claims(record.greedy.text)
         for k, claim in enumerate(record.claims):
             claim.scores = {"claim_support": (k + n) % 3 / 2, "claim_mean_logprob": -k}
-            claim.grades = {"judge": float(k % 2 == 0)}
+            claim.grades = {"llm": float(k % 2 == 0)}
         record.grades[ANSWER_GRADE] = 0.5
     return records
 

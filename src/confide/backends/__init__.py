@@ -1,7 +1,6 @@
 """Model backends. Heavy imports (torch, transformers, httpx) happen only when one is chosen."""
 
 from confide.backends.base import (
-    BACKENDS,
     Backend,
     GeneratesAsync,
     GenerationResult,
@@ -17,8 +16,8 @@ from confide.backends.base import (
     Streams,
     Tokenizes,
     item_seed,
-    load_backend,
 )
+from confide.backends.factory import BACKENDS, load_backend
 
 __all__ = ["BACKENDS", "Backend", "GenerationResult", "GenerationSpec", "GeneratesAsync",
            "HasAttentions", "HasChatTemplate", "HasConfig", "HasContextWindow", "HasLayers",

@@ -49,12 +49,11 @@ from confide.core.errors import InvalidInputError
 from confide.core.needs import Need
 from confide.core.options import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, check_option, check_stop
 from confide.core.records import Generation, Message
-from confide.core.registry import Registry
 
-__all__ = ["BACKENDS", "Backend", "GenerationResult", "GenerationSpec", "GeneratesAsync",
+__all__ = ["Backend", "GenerationResult", "GenerationSpec", "GeneratesAsync",
            "HasAttentions", "HasChatTemplate", "HasConfig", "HasContextWindow", "HasLayers",
            "NextTokenScorer", "Prompt", "ScoresUnconditioned", "Streams", "TokenCallback",
-           "TokenEvent", "Tokenizes", "encode_prompt", "item_seed", "load_backend"]
+           "TokenEvent", "Tokenizes", "encode_prompt", "item_seed"]
 
 Prompt = str | list[Message]
 
@@ -259,42 +258,6 @@ def item_seed(run_seed: int, item_id: str) -> int:
     """A 63-bit seed derived from (run seed, item id) only."""
     digest = hashlib.sha256(f"{run_seed}:{item_id}".encode()).digest()
     return int.from_bytes(digest[:8], "little") >> 1
-
-
-# Each backend's class is imported when it is chosen: torch and transformers (hf), httpx
-# (openai) and vllm are heavy, and none is needed to list the backends.
-def _hf() -> Callable[..., Backend]:
-    from confide.backends.hf import HFBackend
-
-    return HFBackend
-
-
-def _openai() -> Callable[..., Backend]:
-    from confide.backends.openai import OpenAIBackend
-
-    return OpenAIBackend
-
-
-def _vllm() -> Callable[..., Backend]:
-    from confide.backends.vllm import VLLMBackend
-
-    return VLLMBackend
-
-
-BACKENDS: Registry[Callable[[], Callable[..., Backend]]] = Registry("backend")
-BACKENDS.add("hf", _hf)
-BACKENDS.add("openai", _openai)
-BACKENDS.add("vllm", _vllm)
-
-
-def load_backend(name: str, model: str, **options: Any) -> Backend:
-    """Instantiate the backend registered as ``name`` for ``model`` (its module imported now).
-
-    ``options`` go to the backend (``device``, ``batch_size``, ``dtype`` for
-    ``hf``; ``base_url``, ``concurrency``, ``timeout`` for ``openai``;
-    ``tensor_parallel_size`` and vLLM engine keywords for ``vllm``).
-    """
-    return BACKENDS[name]()(model, **options)
 
 
 def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:
