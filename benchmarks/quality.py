@@ -12,7 +12,9 @@ each piece is stored as it goes and resumes after a kill. Then it writes
 - per task and model: accuracy, each scorer's AUROC and PRR with 95% bootstrap
   intervals and the length baseline (:func:`confide.evaluation.table.evaluate_records`,
   the table of ``confide eval``); the best scorer by AUROC is marked only where
-  the paired bootstrap puts every other scorer significantly below it;
+  the paired bootstrap puts every other scorer's difference to it below zero (the
+  best is chosen on the same items, so the mark is post-selection: descriptive,
+  not a test at its nominal level; ``confide.evaluation.table.POST_SELECTION``);
 - a task where the model is at chance (multiple choice: accuracy interval
   reaching 1/number of options; open answers: fewer than ``MIN_POSITIVES``
   right) is flagged and left out of every ranking;
@@ -249,7 +251,10 @@ def render(pieces: list[Piece], timings: list[dict[str, Any]], n_resamples: int)
              "grader (grade >= 0.5). Intervals are 95% percentile bootstrap intervals "
              f"({n_resamples} resamples). A best scorer is named *significant* only where "
              "the paired "
-             "bootstrap of AUROC puts every other scorer's difference to it below zero. "
+             "bootstrap of AUROC puts every other scorer's difference to it below zero; "
+             "the best is chosen on the same items, so the mark is post-selection "
+             "(the winner's curse): a description of the lead, not a test at its nominal "
+             "level. "
              f"Tasks where the model is at chance (or with fewer than {MIN_POSITIVES} right "
              "or wrong answers) are flagged and left out of every ranking.", "",
              f"Scorers: the {len(QUALITY_SCORERS)} registered scorers that need only the "

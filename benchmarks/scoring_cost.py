@@ -57,7 +57,7 @@ from confide.text import embeddings as embedding_caches  # noqa: E402
 SCORER_NAMES = QUALITY_SCORERS
 
 _CUT = ("token_logprobs", "token_entropies", "token_kl_uniform", "token_renyi_uniform",
-        "token_fisher_rao_uniform", "top_logprobs")
+        "token_fisher_rao_uniform", "top_logprobs", "token_boosted_prob")
 
 
 def cut(gen: Generation, length: int, decode: Any) -> Generation:

@@ -26,7 +26,17 @@ Rules checked, for every scorer and every degenerate record:
 * an empty answer is never read as confident: an empty greedy answer is NaN;
   samples that are all empty never score above identical samples (strictly
   below for scorers that read the samples); an empty sample added to a record
-  never raises its confidence.
+  never raises its confidence; a record whose samples are partly empty (half
+  copies of the greedy answer, half empty) scores strictly below the same record
+  with those empties replaced by copies of the greedy answer (an empty sample is
+  disagreement, never agreement), for every scorer that reads the samples and asks
+  no model;
+* a multiple-choice record answered with letters (greedy ``A``; samples ``A.``,
+  ``(A)``, ``B``, ``B. mall``) is clustered by the option each answer picks, and
+  a scorer that reads the samples' texts scores it strictly below the same record
+  whose samples all pick A (``A.``, ``(A)``, ``A``, ``A. bank``), as it does the
+  record whose other samples are ``The`` and ``.`` (which SQuAD normalisation
+  once made one empty answer with ``A``).
 """
 
 from __future__ import annotations
@@ -99,6 +109,19 @@ def generations(hf_model):
     return usable
 
 
+LETTER_ITEM = Item("mc", "Where do you keep your savings?\nA. bank\nB. mall\nAnswer:", ["A"],
+                   {"choices": ["bank", "mall"]})
+LETTERS = {"letters": ["A.", "(A)", "B", "B. mall"],        # two pick A, two pick B
+           "letters_agree": ["A.", "(A)", "A", "A. bank"],  # all pick A
+           "letters_blank": ["A.", "(A)", "The", "."]}      # two pick A, two pick nothing
+
+
+def _letters(greedy: Generation, samples: list[Generation], texts: list[str]) -> Record:
+    """The multiple-choice record answered ``A`` with these sample texts (statistics real)."""
+    return Record(LETTER_ITEM, replace(greedy, text="A"),
+                  [replace(s, text=t) for s, t in zip(samples, texts, strict=True)])
+
+
 def _records(generations) -> dict[str, Record]:
     item, result = generations[0]
     greedy, samples = result.greedy, list(result.samples)
@@ -113,14 +136,19 @@ def _records(generations) -> dict[str, Record]:
         "all_empty": Record(item, greedy, [_empty() for _ in samples]),
         "one_sample": Record(item, greedy, samples[:1]),
         "identical": Record(item, greedy, [replace(greedy) for _ in samples]),
+        # half the samples copies of the greedy answer, half empty: "identical" with
+        # the empties in place of copies
+        "partly_empty": Record(item, greedy, [replace(greedy) if i % 2 else _empty()
+                                              for i in range(len(samples))]),
         "distinct": Record(item, greedy, distinct_samples),
         "one_token": Record(item, _first_token(greedy), [_first_token(s) for s in samples]),
         "non_finite": Record(item, _non_finite(greedy), [_non_finite(samples[0]), *samples[1:]]),
+        **{case: _letters(greedy, samples, texts) for case, texts in LETTERS.items()},
     }
 
 
-CASES = ["real", "empty_greedy", "empty_sample", "all_empty", "one_sample", "identical",
-         "distinct", "one_token", "non_finite"]
+CASES = ["real", "empty_greedy", "empty_sample", "all_empty", "partly_empty", "one_sample",
+         "identical", "distinct", "one_token", "non_finite", "letters"]
 
 
 @pytest.fixture(scope="module")
@@ -214,12 +242,58 @@ def test_empty_samples_never_score_above_identical_samples(name, first):
 
 
 @pytest.mark.parametrize("name", SCORER_NAMES)
+def test_partly_empty_samples_never_score_at_or_above_agreeing_samples(name, first):
+    """2 x "Paris" + 8 empty samples once scored exactly like 10 x "Paris" (issue "Numbers
+    that hold under audit", item 2): an empty sample had likelihood 0 and so no mass."""
+    partly, _ = first(name, "partly_empty")
+    agreeing, why = first(name, "identical")
+    if math.isnan(partly):
+        return
+    assert why is None, f"{name}: partly empty samples scored {partly} but identical: {why}"
+    spec = SCORERS[name]
+    if Need.SAMPLES in spec.needs and spec.cost is Cost.SAMPLES:
+        assert partly < agreeing, (f"{name}: samples half empty scored {partly} >= "
+                                   f"the greedy answer's copies {agreeing}")
+    elif Need.SAMPLES not in spec.needs:
+        assert partly == agreeing  # the same greedy answer, samples unread
+
+
+@pytest.mark.parametrize("name", SCORER_NAMES)
 def test_an_empty_sample_never_raises_confidence(name, first):
     with_empty, _ = first(name, "empty_sample")
     without, _ = first(name, "real")
     if math.isnan(with_empty) or math.isnan(without):
         return
     assert with_empty <= without + 1e-12, f"{name}: {with_empty} with an empty sample > {without}"
+
+
+def test_letter_answers_cluster_by_the_option_they_pick(records):
+    from confide.scorers.features import clusters
+
+    labels = {case: clusters(records[case], ScoringContext(judge=ExactJudge())).tolist()
+              for case in LETTERS}
+    # greedy first: "A" with "A." and "(A)"; "B" with "B. mall"; "The" and "." alone
+    assert labels == {"letters": [0, 0, 0, 1, 1], "letters_agree": [0, 0, 0, 0, 0],
+                      "letters_blank": [0, 0, 0, 1, 2]}
+
+
+# scorers that read the samples and ask no model (a model's answer is not a function of them)
+AGREEMENT = [name for name in SCORER_NAMES
+             if Need.SAMPLES in SCORERS[name].needs and SCORERS[name].cost is Cost.SAMPLES]
+
+
+@pytest.mark.parametrize("name", AGREEMENT)
+def test_letter_answers_for_two_options_never_agree_like_one(name, first):
+    agree, why = first(name, "letters_agree")
+    split, _ = first(name, "letters")
+    blank, _ = first(name, "letters_blank")
+    if math.isnan(agree):
+        assert why
+        return
+    if split == agree == blank:
+        return  # reads the samples' statistics, not their texts (the three differ in text only)
+    assert split < agree, f"{name}: samples picking A and B scored {split} >= all A {agree}"
+    assert blank < agree, f"{name}: samples 'The' and '.' scored {blank} >= all A {agree}"
 
 
 # ----------------------------------------------------------------------- graders

@@ -68,6 +68,17 @@ def test_evaluation_paired_comparison_names_the_best_scorer():
     assert other["diff"] < 0 and other["p_value"] < 0.05
 
 
+def test_evaluation_says_the_p_values_against_the_best_are_post_selection():
+    # the best is chosen on the same items it is compared on: the table must say so
+    table = evaluate_records(_records(), grader="contains", n_resamples=50)
+    n = table.comparison.n_common
+    (note,) = [note for note in table.notes if "Δ AUROC vs best" in note]
+    assert f"on these same {n} items" in note and "winner's curse" in note
+    assert "not as proof" in note
+    alone = evaluate_records(_records(), grader="contains", n_resamples=50, compare=False)
+    assert not [note for note in alone.notes if "Δ AUROC vs best" in note]
+
+
 def test_evaluation_flags_a_lead_that_comes_from_length():
     rng = np.random.default_rng(1)
     records = []
@@ -107,11 +118,22 @@ def test_evaluation_shows_raw_calibration_of_probabilities_only():
     from confide.metrics import brier_loss, calibration_error, crossfit_probabilities
 
     records = _records()
+    for r in records:  # the same values in [0, 1] under a probability's name and others'
+        for name in ("p_true", "probe:run1", "lexical_similarity", "fisher_rao",
+                     "probability_margin", "cosine_consistency", "semantic_density",
+                     "boostedprob"):
+            r.scores[name] = r.scores["partial"]
     table = evaluate_records(records, grader="contains", n_resamples=50)
     y = np.array([r.grades["contains"] for r in records])
     partial = np.array([r.scores["partial"] for r in records])
     keep = ~np.isnan(partial)
-    raw = table.row("partial").raw_calibration  # uniform values in [0, 1]: a probability
+    # values in [0, 1] are not enough: only scorers whose values are P(correct) get it
+    for name in ("partial", "lexical_similarity", "fisher_rao", "probability_margin",
+                 "cosine_consistency", "semantic_density", "boostedprob"):
+        assert table.row(name).raw_calibration is None, name
+    assert [r.scorer for r in table.rows].count("boostedprob") == 1
+    assert table.row("probe:run1").raw_calibration is not None  # a fitted probe's P(correct)
+    raw = table.row("p_true").raw_calibration
     assert raw is not None
     assert raw.ece[0] == pytest.approx(calibration_error(partial[keep], y[keep]))
     assert raw.brier[0] == pytest.approx(brier_loss(partial[keep], y[keep]))
@@ -122,6 +144,12 @@ def test_evaluation_shows_raw_calibration_of_probabilities_only():
     prob = crossfit_probabilities(np.array([r.scores["good"] for r in records]), y)
     assert good.calibrated.ece[0] == pytest.approx(calibration_error(prob, y))
     assert table.to_dict()["scorers"][0]["calibrated"]["reliability"]["counts"]
+
+
+def test_evaluation_lists_each_scorer_once():
+    table = evaluate_records(_records(), grader="contains", n_resamples=20,
+                             scorers=["good", "partial", "good", "length"])
+    assert [row.scorer for row in table.rows] == ["good", "partial", "length"]
 
 
 def test_evaluation_explains_missing_calibration():

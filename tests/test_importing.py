@@ -148,6 +148,32 @@ def test_a_record_without_statistics_gets_nan_with_the_reason(tmp_path):
                                                 "(imported generations)")
 
 
+def test_imported_boostedprob_applies_the_rule_to_the_logged_top_k(tmp_path):
+    """A log has no token_boosted_prob: boostedprob reads the listed top-k. Record a's
+    steps end at or below 0.005 (exact: 0.95 and 0.9, mean 0.925); record b's top-2 ends at
+    0.3 with 0.4 unlisted, so the dominant group may reach past the list: NaN, with a
+    reason that names what is missing rather than an option to raise."""
+    path = tmp_path / "topk.jsonl"
+    rows = [{"id": "a", "question": "Q?", "answer": "Paris", "tokens": ["Par", "is"],
+             "token_logprobs": [math.log(0.5), math.log(0.9)],
+             "top_logprobs": [{"Par": math.log(0.5), "Lon": math.log(0.45),
+                               "Ber": math.log(0.004)},
+                              {"is": math.log(0.9), "ise": math.log(0.004),
+                               "x": math.log(0.003)}]},
+            {"id": "b", "question": "Q2?", "answer": "Rome", "tokens": ["Rome"],
+             "token_logprobs": [math.log(0.3)],
+             "top_logprobs": [{"Rome": math.log(0.3), "Milan": math.log(0.3)}]}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    import_file(path, tmp_path / "run", scorers=["boostedprob"])
+    records = _by_id(tmp_path / "run")
+    assert all(r.greedy.token_boosted_prob is None for r in records.values())
+    assert records["a"].scores["boostedprob"] == pytest.approx(0.925, rel=1e-6)
+    assert math.isnan(records["b"].scores["boostedprob"])
+    reason = records["b"].score_errors["boostedprob"]
+    assert "beyond the 2 listed alternatives" in reason and "token_boosted_prob" in reason
+    assert "raise" not in reason
+
+
 def test_samples_are_scored_and_need_their_own_statistics(tmp_path):
     path = synthetic(tmp_path / "s.jsonl", 6, choices=3)
     outcome = import_file(path, tmp_path / "run", scorers=SAMPLED)
@@ -353,6 +379,9 @@ ROUND_TRIP = ("msp", "mean_logprob", "min_logprob", "mean_entropy", "max_entropy
               "boostedprob", "ccp", "semantic_entropy", "num_sets", "lexical_similarity",
               "mc_entropy", "mc_entropy_normalized", "sar")
 NOT_CARRIED = {"self_certainty", "fisher_rao", "renyi_negentropy"}  # skipped on import
+# the hf run reads token_boosted_prob (whole distribution), which the OpenAI format cannot
+# carry: the import applies the rule to the top-k, equal where that can tell, NaN elsewhere
+TOP_K_RULE = {"boostedprob"}
 BOUNDS = {"mean_entropy", "max_entropy"}  # entropies come back as lower bounds
 
 
@@ -380,13 +409,19 @@ def test_openai_export_round_trip(tmp_path, hf_model):
             if name in NOT_CARRIED:
                 assert name not in back.scores
                 continue
+            if name in TOP_K_RULE:
+                assert original.greedy.token_boosted_prob is not None
+                assert back.greedy.token_boosted_prob is None
+                assert math.isnan(back.scores[name]) or _same(
+                    original.scores[name], back.scores[name], 1e-6)
+                continue
             (equal if _same(original.scores[name], back.scores[name], 1e-9) else
              differ).add(name)
             if name in BOUNDS and not math.isnan(original.scores[name]):
                 # -H_lower >= -H: a lower bound of the entropy is an upper bound of c
                 assert back.scores[name] >= original.scores[name] - 1e-6
     assert differ <= BOUNDS and BOUNDS & differ
-    assert equal == set(ROUND_TRIP) - NOT_CARRIED - differ
+    assert equal == set(ROUND_TRIP) - NOT_CARRIED - TOP_K_RULE - differ
 
 
 def _stored(run: Path) -> dict[str, tuple[int, str]]:

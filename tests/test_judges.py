@@ -56,6 +56,32 @@ def test_exact_judge_clusters_by_normalised_text_without_pair_calls():
     assert w.tolist() == [[1, 0, 1], [0, 1, 0], [1, 0, 1]]
 
 
+def test_exact_judge_never_joins_answers_by_an_empty_key():
+    # SQuAD normalisation makes "A", "A.", "(A)", "The" and "." all empty: they were one
+    # cluster. Letters key as letters, articles stay, punctuation alone keys as itself.
+    texts = ["A", "A.", "(A)", "B", "The", ".", "?", "a"]
+    assert ExactJudge().clusters(texts).tolist() == [0, 0, 0, 1, 2, 3, 4, 0]
+    assert NumericJudge().clusters(texts).tolist() == [0, 0, 0, 1, 2, 3, 4, 0]
+    assert not ExactJudge().decide("A", "The").equivalent
+    assert not ExactJudge().decide(".", "A").equivalent
+
+
+def test_exact_judge_keys_letter_answers_by_the_option_they_pick():
+    # with the item's choices, "A. bank" and "bank" are option A as "B. mall" and "mall"
+    # are option B (SQuAD alone made "A. bank" = "bank" but "B. mall" != "mall")
+    item = Item("q", "Where do you keep money?", ["A"], {"choices": ["bank", "mall"]})
+    judge = ExactJudge()
+    texts = ["A", "A.", "(A)", "A. bank", "bank", "B", "B. mall", "mall", "B)"]
+    assert judge.clusters(texts, item).tolist() == [0, 0, 0, 0, 0, 1, 1, 1, 1]
+    assert judge.place("The bank", texts, item) == 0
+    assert judge.place("(B)", texts, item) == 1
+    # a letter and a text that name different options pick nothing: an answer of its own
+    assert judge.place("A. mall", texts, item) == 2
+    assert not judge.decide("A", "B", item).equivalent
+    # without the choices, letters still stay apart
+    assert not judge.decide("A", "B").equivalent and judge.decide("A", "(A)").equivalent
+
+
 def test_numeric_judge_compares_final_numbers():
     judge = NumericJudge()
     labels = judge.clusters(["The answer is 18.", "#### 18.0", "$18", "17", "-0", "0",

@@ -497,3 +497,43 @@ def test_combiner_refuses_infinite_scores_naming_scorer_and_item(rng):
         fit(_records(np.zeros((40, 2)), y, scores={"a": a}), kind="combiner",
             grader="contains", model=MODEL)
     assert err.value.field == "scores.a"
+
+
+def test_default_combiner_leaves_out_a_scorer_without_values_and_says_so(tmp_path, rng):
+    """Issue "Numbers that hold under audit", item 12: on an imported run where
+    meaningful_logprob has no value on any record (no answer is a function call), the
+    default "every scorer" combiner was refused; it leaves that scorer out with a note,
+    while naming it still fails."""
+    from typer.testing import CliRunner
+
+    from confide.cli import app
+    from confide.runs.importing import import_file
+
+    path = tmp_path / "answers.jsonl"
+    rows = []
+    for i in range(40):
+        correct = i % 2
+        first, second = -0.1 - 0.5 * (1 - correct) - rng.uniform(0, 0.4), -rng.uniform(0, 1)
+        rows.append({"id": f"q{i}", "question": f"Q{i}?", "answer": "Paris is",
+                     "tokens": ["Paris", " is"], "token_logprobs": [first, second],
+                     "label": bool(correct)})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    run = tmp_path / "run"
+    import_file(path, run, scorers=["msp", "mean_logprob", "length", "meaningful_logprob"])
+    runner = CliRunner()
+    out = tmp_path / "combiner.json"
+    res = runner.invoke(app, ["fit", str(run), "--kind", "combiner", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    shown = " ".join(res.output.split())
+    assert "left out meaningful_logprob: no record has a value" in shown
+    model = Learned.load(out)
+    assert model.features == ["length", "mean_logprob", "msp"]
+    assert set(model.report["left_out"]) == {"meaningful_logprob"}
+    assert model.report["left_out"]["meaningful_logprob"] == (
+        "no record has a value (40 of 40: the answer holds no parseable function call)")
+    assert any("meaningful_logprob" in note for note in model.report["notes"])
+    # named explicitly, a scorer without values is still an error
+    res = runner.invoke(app, ["fit", str(run), "--kind", "combiner", "-o", str(out),
+                              "--scorers", "msp,meaningful_logprob"])
+    assert res.exit_code == 1
+    assert "no record has a value for meaningful_logprob" in " ".join(res.output.split())

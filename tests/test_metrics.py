@@ -270,6 +270,39 @@ def test_prr_score_max_rejection_changes_the_area():
     assert prr_score([0.2, 0.9, 0.5, 0.7], [0, 1, 1, 0], max_rejection=0.25) == pytest.approx(1.0)
 
 
+def _polygraph_prr(confidence, correct, max_rejection=0.5):
+    """LM-Polygraph's PredictionRejectionArea(max_rejection) normalised against its oracle
+    and (here exactly) its random baseline: the area averages q(k) over k = 0 .. K - 1."""
+    conf, y = np.asarray(confidence, float), np.asarray(correct, float)
+    n = len(y)
+    k_rej = int(max_rejection * n)
+
+    def area(order):  # order: most confident first, as Polygraph sorts its uncertainty
+        kept = np.cumsum(y[order])[-k_rej:] / np.arange(n - k_rej + 1, n + 1)
+        return kept[::-1].sum() / k_rej
+
+    scorer, oracle = area(np.argsort(-conf)), area(np.argsort(-y, kind="stable"))
+    return (scorer - y.mean()) / (oracle - y.mean())
+
+
+def test_prr_score_is_not_polygraphs_estimator():
+    # The hand-computed case above: Polygraph averages q(0), q(1) only (K = 2 rejections
+    # allowed, the last left out): A = (1/2 + 2/3)/2 = A*, so its PRR is 1.0, not 0.25.
+    assert _polygraph_prr([0.2, 0.9, 0.5, 0.7], [0, 1, 1, 0]) == pytest.approx(1.0)
+    assert prr_score([0.2, 0.9, 0.5, 0.7], [0, 1, 1, 0]) == pytest.approx(0.25)
+    # Without ties, Polygraph's figure at r is confide's at max_rejection = (⌊rn⌋ − 1)/n,
+    # and the two agree at r = 1.
+    rng = np.random.default_rng(5)
+    for n in (20, 50, 51):
+        conf, y = rng.random(n), (rng.random(n) < 0.4).astype(float)
+        y[:2] = [0, 1]
+        k = int(0.5 * n)
+        assert _polygraph_prr(conf, y) == pytest.approx(prr_score(conf, y,
+                                                                  max_rejection=(k - 1) / n))
+        assert _polygraph_prr(conf, y, 1.0) == pytest.approx(prr_score(conf, y,
+                                                                       max_rejection=1.0))
+
+
 def test_prr_score_too_few_items_to_reject_is_undefined():
     with pytest.warns(UndefinedMetricWarning):
         assert math.isnan(prr_score([0.2, 0.9, 0.5], [0, 1, 1], max_rejection=0.3))

@@ -481,9 +481,11 @@ def _check_unconditioned_rule(backend, stats: dict) -> None:
 
 
 def _check_min_new_tokens(backend, prompts: list[str], stats: dict, rows: list[int]) -> None:
-    """The size of Polygraph's ``min_new_tokens=2``: its log-probabilities are read after
-    the EOS logit is set to -inf at the first two steps, so there they are renormalised
-    over V - 1 tokens, shifted by -log(1 - p(EOS))."""
+    """The size of Polygraph's ``min_new_tokens=2``: at the first two steps transformers
+    sets the EOS logit to -inf and Polygraph's ``_SanitizeLogitsProcessor`` (before its
+    ``_ScoresProcessor`` records the scores) replaces it by the row's smallest finite
+    logit, so EOS keeps the least likely token's probability and its log-probabilities
+    there are shifted by -log(1 - p(EOS) + p_min) <= -log(1 - p(EOS)), the bound printed."""
     import torch
 
     eos = sorted(backend._eos_ids)
@@ -495,9 +497,10 @@ def _check_min_new_tokens(backend, prompts: list[str], stats: dict, rows: list[i
             logits = backend.model(input_ids=torch.tensor([ids])).logits[0].float()
         p = torch.softmax(logits[start:start + 2].double(), dim=-1)[:, eos].sum(-1)
         shift = max(shift, float(-torch.log1p(-p).max()))
-    print(f"min_new_tokens=2: Polygraph's first two steps exclude EOS, which shifts their log p "
-          f"by up to {shift:.1e} (p(EOS) there up to {-math.expm1(-shift):.1e}) and counts "
-          f"V - 1 tokens in SelfCertainty, Renyi and Fisher-Rao.")
+    print(f"min_new_tokens=2: at Polygraph's first two steps EOS gets the row's smallest logit "
+          f"(its sanitizer replaces transformers' -inf), which shifts their log p by at most "
+          f"{shift:.1e} (p(EOS) there up to {-math.expm1(-shift):.1e}); SelfCertainty, Renyi "
+          f"and Fisher-Rao still count all V tokens.")
 
 
 def end_to_end(args: argparse.Namespace, python: Path, folder: Path) -> None:

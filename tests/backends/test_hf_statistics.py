@@ -1,5 +1,6 @@
-"""The hf backend's extra statistics: divergences from uniform while decoding, the answer
-scored without its question, and attention weights over prompt + answer."""
+"""The hf backend's extra statistics: divergences from uniform and BoostedProb while
+decoding, the answer scored without its question, and attention weights over prompt +
+answer."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 
 from confide.backends.base import GenerationSpec
 from confide.backends.hf import _divergences_from_uniform
+from confide.core.errors import CannotScore
 from confide.core.records import DIVERGENCE_TEMPERATURE, RENYI_ALPHA
 
 QUESTION = [{"role": "user", "content": "Answer with a few words only.\nWhat is the capital "
@@ -67,6 +69,26 @@ def test_hf_unconditioned_logprobs_equal_a_pass_after_the_neutral_prompt(hf_mode
         logp = _reference_logp(hf_model, neutral, answer)
         expected = logp.gather(-1, torch.tensor(answer)[:, None]).squeeze(-1).numpy()
         np.testing.assert_allclose(values, expected, atol=TOLERANCE[hf_model.dtype])
+
+
+def test_hf_neutral_prompt_of_a_completion_prompt_is_no_chat_marker(hf_model):
+    # SmolLM2-Instruct's bos_token is <|im_start|>, the marker that opens a chat turn (and
+    # its eos <|im_end|> closes one): a text prompt's answer must not be read after either
+    tok = hf_model.tokenizer
+    markers = {tok.convert_tokens_to_ids(t) for t in ("<|im_start|>", "<|im_end|>")}
+    assert tok.bos_token == "<|im_start|>" and None not in markers
+    neutral = hf_model.neutral_prompt(chat=False)
+    assert neutral and not markers & set(neutral)
+    # the tokenizer puts nothing before a text prompt, so the neutral context is a newline
+    assert tok("", add_special_tokens=True)["input_ids"] == []
+    assert neutral == tok("\n", add_special_tokens=False)["input_ids"]
+    # and the chat form keeps the chat template around an empty user message
+    assert markers & set(hf_model.neutral_prompt(chat=True))
+    answer = tok(" Paris", add_special_tokens=False)["input_ids"]
+    (got,) = hf_model.unconditioned_logprobs([answer], chat=False)
+    logp = _reference_logp(hf_model, neutral, answer)
+    expected = logp.gather(-1, torch.tensor(answer)[:, None]).squeeze(-1).numpy()
+    np.testing.assert_allclose(got, expected, atol=TOLERANCE[hf_model.dtype])
 
 
 def _stepwise_attention(backend, prompt_ids, answer_ids):
@@ -134,3 +156,94 @@ def test_neutral_prompt_and_rauq_alpha_follow_the_rendered_prompt(hf_model):
         u = hf_model.unconditioned_logprobs([answer], chat=name == "chat")[0]
         assert values[name] == pytest.approx(float(np.mean(-0.5 - u)))
     assert values["text"] != values["chat"]
+
+
+# -- BoostedProb from the whole distribution (token_boosted_prob) ---------------------------
+
+
+def _logp(*rows):
+    return torch.log(torch.tensor(rows, dtype=torch.float32))
+
+
+def test_boosted_probabilities_hand_computed():
+    from confide.backends.hf.steps import boosted_probabilities
+
+    # the boostedprob package's own example: drops 0.1 (< 0.3 * 0.5), 0.35 (a jump), 0:
+    # dominant = {0, 1} of mass 0.9; token 2 is not dominant and keeps its 0.05
+    logp = _logp([0.5, 0.4, 0.05, 0.05], [0.5, 0.4, 0.05, 0.05])
+    got = boosted_probabilities(logp, logp[[0, 1], [2, 1]])
+    assert got.tolist() == pytest.approx([0.05, 0.9], abs=1e-6)
+    # the *last* jump counts: 0.5 -> 0.3 -> 0.1 -> 0.05 are all jumps, 0.05 -> 0.05 is not
+    logp = _logp([0.5, 0.3, 0.1, 0.05, 0.05])
+    assert boosted_probabilities(logp, logp[:, 2]).item() == pytest.approx(0.9, abs=1e-6)
+    assert boosted_probabilities(logp, logp[:, 4]).item() == pytest.approx(0.05, abs=1e-6)
+    # no jump at all (uniform over 100): nothing is dominant, a token keeps its 0.01
+    logp = _logp([0.01] * 100)
+    assert boosted_probabilities(logp, logp[:, 7]).item() == pytest.approx(0.01, abs=1e-7)
+
+
+def test_boosted_probabilities_see_past_the_top_ten():
+    """12 tokens of 0.08 and 88 of 0.04 / 88: the jump is after the 12th token, past any
+    top-10 list (where the stored-top-k rule cannot tell), and the dominant mass is 0.96."""
+    from confide.backends.hf.steps import boosted_probabilities
+    from confide.scorers.information import boosted_token_probability
+
+    row = [0.08] * 12 + [0.04 / 88] * 88
+    peaked = [0.99] + [0.01 / 99] * 99  # every jump within any head
+    logp = _logp(row, peaked)
+    chosen = logp[[0, 1], [3, 0]]
+    assert boosted_probabilities(logp, chosen).tolist() == pytest.approx([0.96, 0.99], abs=1e-5)
+    tail = logp[0, 50:51]
+    assert boosted_probabilities(logp[:1], tail).item() == pytest.approx(0.04 / 88, rel=1e-5)
+    # a head too short to hold the jump (its last value 0.08 > 0.005): that row sorts its
+    # whole vocabulary, the other row decides from the head
+    head = logp.topk(3, -1).values
+    assert boosted_probabilities(logp, chosen, head).tolist() == pytest.approx([0.96, 0.99],
+                                                                              abs=1e-5)
+    with pytest.raises(CannotScore, match="listed alternatives"):
+        boosted_token_probability(float(chosen[0]), logp[0].topk(10).values.numpy())
+
+
+def _boosted_rule(logp_row: torch.Tensor, token: int) -> float:
+    """The stored-top-k rule (confide.scorers.information) on a whole sorted distribution."""
+    from confide.scorers.information import boosted_token_probability
+
+    return boosted_token_probability(float(logp_row[token]),
+                                     logp_row.sort(descending=True).values.numpy())
+
+
+def test_hf_boosted_prob_equals_the_rule_on_a_reference_forward_pass(hf_model):
+    """While decoding (greedy and sampled rows, 3 rows per step so rows enter as others
+    leave) ``token_boosted_prob`` is the rule on the step's own sorted top-200 (both dtypes)
+    and on one full forward pass over the same tokens (float32).
+
+    bfloat16: the full pass moves log-probabilities by up to 0.3 nats (test_hf.py) and the
+    rule jumps at its cut, so only most steps agree closely: measured 95% of 213 steps
+    within 0.05 (the worst 0.73, where the cut moved); float32 agrees to 1.7e-5."""
+    prompts = [QUESTION, [{"role": "user", "content": "Answer with a few words only.\n"
+                                                       "Name an animal that lives in the sea."}]]
+    spec = GenerationSpec(max_new_tokens=10, n_samples=3, temperature=1.0, top_p=0.9,
+                          top_k_alternatives=200)
+    before, hf_model.max_rows = hf_model.max_rows, 3
+    try:
+        results = hf_model.generate(prompts, spec, [3, 4])
+    finally:
+        hf_model.max_rows = before
+    from confide.scorers.information import boosted_token_probability
+
+    rows = []
+    for prompt, result in zip(prompts, results):
+        for gen in [result.greedy, *result.samples]:
+            assert gen.token_boosted_prob.shape == (gen.n_tokens,)
+            logp = _reference_logp(hf_model, hf_model.encode(prompt), gen.token_ids)
+            for t, token in enumerate(gen.token_ids):
+                # the step's own distribution, as the loop listed it (top-200 holds the cut)
+                own = boosted_token_probability(gen.token_logprobs[t], gen.top_logprobs[t])
+                rows.append((gen.token_boosted_prob[t], own, _boosted_rule(logp[t], token)))
+    decoded, own, reference = np.array(rows).T
+    assert len(decoded) > 40
+    np.testing.assert_allclose(decoded, own, atol=1e-6)
+    if hf_model.dtype == torch.float32:
+        np.testing.assert_allclose(decoded, reference, atol=2e-4)
+    else:
+        assert np.mean(np.abs(decoded - reference) < 0.05) >= 0.85

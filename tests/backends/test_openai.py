@@ -36,7 +36,14 @@ def backend_for(server: FaultServer, **options) -> OpenAIBackend:
 
 
 def test_openai_backend_is_registered_lazily():
-    assert BACKENDS["openai"] == "confide.backends.openai:OpenAIBackend"
+    import subprocess
+    import sys
+
+    code = ("import sys; from confide.backends import BACKENDS; "
+            "assert 'confide.backends.openai' not in sys.modules; "
+            "print(BACKENDS['openai']().__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "OpenAIBackend"
 
 
 def test_openai_generate_reads_tokens_logprobs_and_samples():
@@ -63,7 +70,9 @@ def test_openai_generate_reads_tokens_logprobs_and_samples():
 def test_openai_capabilities_follow_the_server():
     with FaultServer() as server:
         caps = backend_for(server).capabilities
-    assert caps == {"token_logprobs", "top_logprobs", "samples", "extra_prompt"}
+    # entropies: lower bounds from the top-k, as an imported reply gets (backends/topk.py)
+    assert caps == {"token_logprobs", "top_logprobs", "token_entropies", "samples",
+                    "extra_prompt"}
     with FaultServer(logprobs=False) as server:
         backend = backend_for(server)
         assert backend.capabilities == {"samples", "extra_prompt"}
@@ -75,8 +84,17 @@ def test_openai_capabilities_follow_the_server():
 
 def test_openai_never_claims_full_distribution_statistics():
     with FaultServer() as server:
-        caps = backend_for(server).capabilities
-    assert not caps & {"token_entropies", "token_kl_uniform", "hidden_states"}
+        backend = backend_for(server)
+        caps = backend.capabilities
+        (result,) = backend.generate(["Q?"], GenerationSpec(max_new_tokens=4,
+                                                            top_k_alternatives=3), [0])
+        config = backend.config()
+    assert not caps & {"token_kl_uniform", "token_renyi_uniform", "token_fisher_rao_uniform",
+                       "hidden_states"}
+    # the entropies it gives are lower bounds from the top-k, and its config says so
+    gen = result.greedy
+    assert gen.token_kl_uniform is None and len(gen.token_entropies) == len(gen.tokens)
+    assert config["approximate"].startswith("token_entropies: lower bounds")
 
 
 def test_openai_asks_one_sample_at_a_time_when_the_server_ignores_n():
@@ -192,8 +210,7 @@ def test_run_against_faulty_server_loses_no_item_and_resumes(tmp_path, monkeypat
             assert set(store.failures()) == set(first.failures)
             assert "HTTP 500" in next(iter(store.failures().values()))
             skipped = store.get_meta("skipped_scorers")
-        assert skipped == {"mean_entropy": "backend cannot give token_entropies",
-                           "self_certainty": "backend cannot give token_kl_uniform"}
+        assert skipped == {"self_certainty": "backend cannot give token_kl_uniform"}
         assert {"429", "500", "timeout", "truncated", "malformed"} <= set(server.faults())
 
         broken["value"] = False  # the server recovers; the same command resumes
@@ -272,7 +289,8 @@ def llama_server(tmp_path_factory):
 @pytest.mark.model
 def test_openai_against_llama_cpp_gives_logprobs(llama_server):
     backend = OpenAIBackend("smollm2", base_url=llama_server, timeout=120)
-    assert backend.capabilities == {"token_logprobs", "top_logprobs", "samples", "extra_prompt"}
+    assert backend.capabilities == {"token_logprobs", "top_logprobs", "token_entropies",
+                                    "samples", "extra_prompt"}
     spec = GenerationSpec(max_new_tokens=8, n_samples=2, top_k_alternatives=3, stop=("\n",))
     (result,) = backend.generate([[{"role": "user", "content": "What is the capital of France?"}]],
                                  spec, [1])
@@ -294,7 +312,7 @@ def test_run_against_llama_cpp_end_to_end(llama_server, tmp_path):
     backend = OpenAIBackend("smollm2", base_url=llama_server, timeout=120, concurrency=2)
     outcome = execute(config, tmp_path / "run", backend=backend)
     assert outcome.generated == 3 and outcome.failures == {}
-    assert set(outcome.skipped_scorers) == {"mean_entropy", "max_entropy", "self_certainty"}
+    assert set(outcome.skipped_scorers) == {"self_certainty"}  # entropies: top-k bounds
     with RunStore.open(tmp_path / "run") as store:
         records = store.records()
         assert store.get_meta("backend")["base_url"] == llama_server
@@ -302,6 +320,23 @@ def test_run_against_llama_cpp_end_to_end(llama_server, tmp_path):
         assert np.isfinite(record.scores["msp"]) and record.scores["msp"] <= 0
         assert record.scores["min_logprob"] <= record.scores["mean_logprob"]
         assert "contains" in record.grades
+
+
+@pytest.mark.model
+def test_llama_cpp_replies_hold_the_same_statistics_generated_or_imported(llama_server,
+                                                                          tmp_path):
+    """The same answers of llama.cpp through the ``openai`` backend, then exported and
+    imported with ``confide score``: the same statistics and the same scorers with values
+    (tests/test_statistics_paths.py runs it against the fault server)."""
+    from test_statistics_paths import assert_same_statistics_and_scorers, generate_export_import
+
+    backend = OpenAIBackend("smollm2", base_url=llama_server, timeout=120, concurrency=2)
+    generated, imported, exported = generate_export_import(
+        backend, tmp_path, model="smollm2", task="triviaqa", limit=2, max_new_tokens=8,
+        n_samples=3, batch_size=2)
+    assert_same_statistics_and_scorers(generated, imported, exported)
+    assert all("mean_entropy" in r.scores and "self_certainty" not in
+               {n for n, v in r.scores.items() if math.isfinite(v)} for r in generated.values())
 
 
 def test_cli_run_with_openai_backend_reports_failures_without_the_key(tmp_path, monkeypatch):
@@ -315,10 +350,10 @@ def test_cli_run_with_openai_backend_reports_failures_without_the_key(tmp_path, 
         result = CliRunner().invoke(app, [
             "run", "--backend", "openai", "--model", "fault-model", "--base-url",
             server.base_url, "--api-key-env", KEY_ENV, "--limit", "3", "--max-new-tokens", "8",
-            "--scorers", "msp,mean_entropy", "--out", str(tmp_path / "run"), "--no-report"])
+            "--scorers", "msp,self_certainty", "--out", str(tmp_path / "run"), "--no-report"])
     assert result.exit_code == 0, result.output
     assert "1 item(s) failed" in result.output and "HTTP 401" in result.output
-    assert "skipped mean_entropy: backend cannot give token_entropies" in result.output
+    assert "skipped self_certainty: backend cannot give token_kl_uniform" in result.output
     assert SECRET not in result.output
     with RunStore.open(tmp_path / "run") as store:
         assert len(store) == 2 and len(store.failures()) == 1
@@ -341,7 +376,8 @@ def test_serve_in_front_of_llama_cpp_with_the_openai_client(llama_server):
     assert reply.choices[0].message.content
     conf = reply.confide["confidences"]
     assert conf["msp"] <= 0 and conf["mean_logprob"] <= 0
-    assert reply.confide["skipped"] == {"mean_entropy": "backend cannot give token_entropies"}
+    # entropies from the top-k: lower bounds, as an imported reply holds
+    assert conf["mean_entropy"] <= 0 and not reply.confide.get("skipped")
 
 
 def test_api_score_with_openai_backend(monkeypatch):
@@ -351,10 +387,10 @@ def test_api_score_with_openai_backend(monkeypatch):
     monkeypatch.setenv(KEY_ENV, SECRET)
     with FaultServer(lambda q, attempt: "401echo" if q.endswith("bad?") else "ok") as server:
         backend = backend_for(server, api_key_env=KEY_ENV)
-        (answer,) = score(backend, ["Who is fine?"], scorers=("msp", "mean_entropy"))
+        (answer,) = score(backend, ["Who is fine?"], scorers=("msp", "self_certainty"))
         with pytest.raises(BackendError, match="HTTP 401") as caught:
             score(backend, ["Who is bad?"], scorers=("msp",))
     assert answer.confidences["msp"] == pytest.approx(-0.75)
-    assert math.isnan(answer.confidences["mean_entropy"])
-    assert answer.reasons["mean_entropy"] == "backend cannot give token_entropies"
+    assert math.isnan(answer.confidences["self_certainty"])
+    assert answer.reasons["self_certainty"] == "backend cannot give token_kl_uniform"
     assert SECRET not in str(caught.value)

@@ -19,8 +19,9 @@ from confide.backends.vllm import (
     request_plan,
     to_generation,
     topk_statistics,
+    vllm_capabilities,
 )
-from confide.pipeline.scorer_plan import plan_scorers
+from confide.pipeline.scorer_plan import plan_scorers, skip_reason
 from confide.scorers import SCORERS
 
 # --- objects with the attribute names of vLLM's Logprob, CompletionOutput, RequestOutput ---
@@ -77,17 +78,44 @@ def _exact(dist: np.ndarray) -> tuple[float, float]:
 
 
 def test_topk_statistics_hand_computed_case():
-    # p = (1/2, 1/4, 1/8, 1/8), top-2 known: H = 1.75 ln 2, KL(U||p) = 0.25 ln 2.
+    # p = (1/2, 1/4, 1/8, 1/8), top-2 known: H = 1.75 ln 2; KL(U||p) unknown from the top-2.
     lo, hi, kl = topk_statistics([math.log(0.5), math.log(0.25)], [], 4)
     ln2 = math.log(2)
     assert lo == pytest.approx(1.5 * ln2)
     assert hi == pytest.approx(1.75 * ln2)  # the tail is uniform: the upper bound is exact
+    assert kl is None
+    # every token known: KL(U||p) = -ln 4 + (1 + 2 + 3 + 3) ln 2 / 4 = 0.25 ln 2, exactly
+    *_, kl = topk_statistics([math.log(0.5), math.log(0.25)], [math.log(0.125)] * 2, 4)
     assert kl == pytest.approx(0.25 * ln2)
+
+
+def test_topk_statistics_refuse_the_kl_the_top_k_cannot_rank():
+    # Same top-2 (1/2, 1/4), V = 4; the tail (1/4 - 1e-9, 1e-9) has true KL
+    # -ln 4 - (ln 1/2 + ln 1/4 + ln(1/4 - 1e-9) + ln 1e-9) / 4 = 4.661, the even tail 0.173;
+    # p = (.6, .3, .05, .05) has KL -ln 4 - (ln .6 + ln .3 + 2 ln .05) / 4 = 0.540.
+    # The old Jensen bound gave 0.173, 0.173 and 0.540: 4.661 ranked below 0.540.
+    thin = np.array([0.5, 0.25, 0.25 - 1e-9, 1e-9])
+    even = np.array([0.5, 0.25, 0.125, 0.125])
+    other = np.array([0.6, 0.3, 0.05, 0.05])
+    assert _exact(thin)[1] == pytest.approx(4.6610, abs=1e-4)
+    assert _exact(other)[1] == pytest.approx(0.5403, abs=1e-4)
+    for dist in (thin, even, other):
+        # from the top-2 alone the KL is refused, never a value that could invert the order
+        assert topk_statistics(np.log(dist[:2]).tolist(), [], 4)[2] is None
+    # with every token known it is exact, large values included, so the order holds
+    kls = [topk_statistics(np.log(d).tolist(), [], 4)[2] for d in (even, other, thin)]
+    assert kls == pytest.approx([_exact(d)[1] for d in (even, other, thin)])
+    assert kls == sorted(kls)
+    # a large true KL, -ln 4 + 3 * 12 ln 10 / 4 = 19.34, is given exactly, not capped
+    huge = np.array([1 - 3e-12, 1e-12, 1e-12, 1e-12])
+    *_, kl = topk_statistics(np.log(huge).tolist(), [], 4)
+    assert kl == pytest.approx(-math.log(4) + 3 * 12 * math.log(10) / 4, rel=1e-9)
+    assert kl > 19
 
 
 def test_topk_statistics_exact_when_the_top_k_hold_all_the_mass():
     dist = np.array([0.6, 0.3, 0.1])
-    lo, hi, kl = topk_statistics(np.log(dist).tolist(), [], 3)
+    lo, hi, kl = topk_statistics(np.log(dist).tolist(), [], 3)  # every token known
     entropy, kl_exact = _exact(dist)
     assert lo == pytest.approx(entropy) and hi == pytest.approx(entropy)
     assert kl == pytest.approx(kl_exact)
@@ -103,9 +131,9 @@ def test_topk_statistics_bound_the_full_distribution(rng, k):
         top = np.log(dist[order[:k]]).tolist()
         known = [math.log(dist[order[k + 7]])]  # a sampled token ranked below the top-K
         lo, hi, kl = topk_statistics(top, known, len(dist))
-        entropy, kl_exact = _exact(dist)
+        entropy, _ = _exact(dist)
         assert lo <= entropy + 1e-9 <= hi + 2e-9
-        assert kl <= kl_exact + 1e-9
+        assert kl is None
 
 
 def test_topk_statistics_tighten_as_k_grows(rng):
@@ -137,12 +165,12 @@ def test_to_generation_drops_the_end_token_and_keeps_exact_chosen_logprobs(rng):
         best = np.argsort(-dists[t])[:2]
         assert gen.top_tokens[t] == [VOCAB[i] for i in best]
         np.testing.assert_allclose(gen.top_logprobs[t], np.log(dists[t][best]), rtol=1e-6)
-        lo, _, kl = topk_statistics(np.log(np.sort(dists[t])[::-1][:3]).tolist(),
-                                    [] if out.logprobs[t][gen.token_ids[t]].rank <= 3
-                                    else [math.log(dists[t][gen.token_ids[t]])], len(VOCAB))
+        lo, _, _ = topk_statistics(np.log(np.sort(dists[t])[::-1][:3]).tolist(),
+                                   [] if out.logprobs[t][gen.token_ids[t]].rank <= 3
+                                   else [math.log(dists[t][gen.token_ids[t]])], len(VOCAB))
         assert gen.token_entropies[t] == pytest.approx(lo, rel=1e-6)
-        assert gen.token_kl_uniform[t] == pytest.approx(kl, rel=1e-6)
         assert gen.token_entropies[t] <= _exact(dists[t])[0] + 1e-6
+    assert gen.token_kl_uniform is None  # the top-K cannot rank self-certainty
 
 
 def test_to_generation_cuts_at_the_stop_string_like_hf(rng):
@@ -199,16 +227,21 @@ def test_assemble_puts_greedy_and_samples_back_in_order(rng):
 
 
 def test_vllm_backend_registered_and_its_skips_are_named():
-    assert BACKENDS["vllm"] == "confide.backends.vllm:VLLMBackend"
-    caps = frozenset({"token_logprobs", "top_logprobs", "samples", "extra_prompt",
-                      "token_entropies", "token_kl_uniform"})  # VLLMBackend.capabilities
+    assert "vllm" in BACKENDS  # its loader imports vLLM only when chosen
+    caps = vllm_capabilities()  # VLLMBackend.capabilities
+    assert "token_kl_uniform" not in caps and "token_kl_uniform" not in vllm_capabilities(False)
     answer_level = [s.name for s in SCORERS.values() if s.level == "answer"]
     usable, skipped = plan_scorers(answer_level, caps)
     hidden = {name for name in answer_level
               if any(n.value == "hidden_states" for n in SCORERS[name].needs)}
     assert hidden and hidden <= set(skipped)
     assert all("hidden_states" in skipped[name] for name in hidden)
-    assert {"mean_entropy", "self_certainty"} <= {s.name for s in usable}
+    assert "mean_entropy" in {s.name for s in usable}
+    # self-certainty and what feeds on it are skipped, with the reason
+    assert skipped["self_certainty"] == "backend cannot give token_kl_uniform"
+    assert "token_kl_uniform" in skipped["lens"]
+    assert (skip_reason(SCORERS["claim_self_certainty"], caps)
+            == "backend cannot give token_kl_uniform")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None,

@@ -72,8 +72,9 @@ def test_report_in_browser(browser, tmp_path):
     assert page.eval(
         "document.querySelectorAll('figure.risk-coverage polyline.series').length") == 3
     assert page.eval("document.querySelectorAll('figure.reliability:not(.raw) svg').length") == 3
-    # msp is a probability: its raw calibration is drawn too, before any recalibration
-    assert page.eval("document.querySelectorAll('figure.reliability.raw svg').length") == 1
+    # msp's values here lie in [0, 1], but it is no probability of being right
+    # (ScorerSpec.probability): no raw calibration is drawn for it
+    assert page.eval("document.querySelectorAll('figure.reliability.raw svg').length") == 0
     assert page.eval("document.querySelectorAll('table.length-bias tbody tr').length") == 3
     assert page.eval("document.querySelectorAll('table.grader-pairs tbody tr').length") == 1
     assert len(_rows(page)) == 50 and _count(page) == 80

@@ -382,6 +382,24 @@ def test_run_view_length_audit_says_when_there_is_no_lead():
     assert by_name["length"].metrics["auroc"][0] == 1.0
 
 
+def test_report_draws_raw_calibration_only_for_probabilities(tmp_path):
+    # msp here and lexical_similarity lie in [0, 1] but are no probability of being right;
+    # p_true is: only it gets a raw ECE and a raw reliability diagram
+    from confide.report.data import run_view
+
+    records = make_records(40, n_samples=0)
+    for r in records:
+        r.scores["p_true"] = r.scores["lexical_similarity"] = r.scores["msp"]
+    view = run_view(records, name="x", grader="contains", n_resamples=10)
+    raw = {s.name for s in view.scorers if s.row.raw_calibration is not None}
+    assert raw == {"p_true"}
+    path = store_run(tmp_path / "run", records,
+                     scorers=("msp", "p_true", "lexical_similarity", "length"))
+    html = build_report([path], n_resamples=10)
+    assert len(re.findall(r'<figure class="reliability raw">', html)) == 1
+    assert "p_true (raw)" in html and "msp (raw)" not in html
+
+
 def test_sample_groups_follow_the_judge_clusters():
     from confide.equivalence import judges
 

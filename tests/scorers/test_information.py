@@ -71,7 +71,7 @@ def test_dominant_cut_difference_jump_rule():
     # no jump at all: nothing is dominant
     assert dominant_cut(np.log([0.003, 0.0029, 0.0028])) == -1
     # the last listed token is above epsilon and the unlisted mass is large: unknown
-    with pytest.raises(CannotScore, match="top_k_alternatives"):
+    with pytest.raises(CannotScore, match="beyond the 4 listed alternatives"):
         dominant_cut(np.log([0.3, 0.3, 0.2, 0.1]))
     # unlisted mass 0.002 <= epsilon and 0.198 - 0.002 is a jump: all listed are dominant
     assert dominant_cut(np.log([0.5, 0.3, 0.198])) == 2
@@ -87,7 +87,31 @@ def test_boostedprob_hand_computed():
 
 def test_boostedprob_refuses_when_the_top_k_is_too_short():
     value, reason = run_scorer(SCORERS["boostedprob"], topk_record([[0.3, 0.3, 0.2, 0.1]]))
-    assert math.isnan(value) and "top_k_alternatives" in reason
+    assert math.isnan(value) and "beyond the 4 listed alternatives" in reason
+    # the reason says what is missing, not an option no run has
+    assert "token_boosted_prob" in reason and "top_k_alternatives" not in reason
+
+
+def test_boostedprob_reads_the_decoded_column_first():
+    # the top-4 alone cannot tell (as above); the column from the whole distribution can
+    r = topk_record([[0.3, 0.3, 0.2, 0.1], [0.9, 0.004, 0.003, 0.002]])
+    r.greedy.token_boosted_prob = np.array([0.8, 0.9], dtype=np.float32)
+    assert score("boostedprob", r) == pytest.approx(0.85, rel=1e-6)
+    # it round-trips through the stored form; a record stored before it loads without it
+    d = r.greedy.to_dict()
+    assert Generation.from_dict(d).token_boosted_prob.tolist() == pytest.approx([0.8, 0.9])
+    del d["token_boosted_prob"]
+    old = Generation.from_dict(d)
+    assert old.token_boosted_prob is None
+    value, reason = run_scorer(SCORERS["boostedprob"], Record(r.item, old))
+    assert math.isnan(value) and "listed alternatives" in reason
+
+
+def test_boostedprob_column_of_another_length_is_refused():
+    r = topk_record([[0.9, 0.004, 0.003, 0.002]])
+    r.greedy.token_boosted_prob = np.array([0.9, 0.5], dtype=np.float32)
+    value, reason = run_scorer(SCORERS["boostedprob"], r)
+    assert math.isnan(value) and "differ in length" in reason
 
 
 def test_ccp_hand_computed_with_exact_judge():
@@ -171,3 +195,21 @@ def test_topk_scorers_on_the_real_model(hf_model):
         for name in TOPK:
             value, reason = run_scorer(SCORERS[name], r, ScoringContext(judge=ExactJudge()))
             assert (0.0 <= value <= 1.0) or (math.isnan(value) and reason)
+
+
+@pytest.mark.model
+def test_boostedprob_has_a_value_on_a_default_triviaqa_run(hf_model, tmp_path):
+    """The reproduction of the defect: a default TriviaQA run (its prompt, stop and token
+    budget; 10 stored alternatives). The rule on the top-10 left 38 of 40 answers NaN;
+    the column computed while decoding gives every answer a value."""
+    from confide.pipeline.plan import RunConfig
+    from confide.runs.execution import execute
+    from confide.runs.stored import open_run
+
+    execute(RunConfig(limit=40, scorers=("boostedprob",)), tmp_path / "run", backend=hf_model)
+    records = open_run(tmp_path / "run").records
+    assert len(records) == 40
+    valued = [r for r in records if not math.isnan(r.scores["boostedprob"])]
+    assert len(valued) >= 0.95 * len(records), {r.item.id: r.score_errors for r in records}
+    assert all(0.0 <= r.scores["boostedprob"] <= 1.0 for r in valued)
+    assert all(r.greedy.top_logprobs.shape[1] == 10 for r in records if r.greedy.n_tokens)

@@ -77,14 +77,19 @@ def test_semantic_entropy_weighted_follows_sampling_frequency(n_paris, expected)
 
 def test_empty_samples_never_read_as_certain():
     empty = gen("", [])
-    # the weighted SE gives an empty sample no mass: two real answers are still needed
-    value, reason = run_scorer(SCORERS["semantic_entropy_weighted"],
-                               record([gen("Paris", [-0.1]), empty, empty]), ScoringContext())
-    assert math.isnan(value) and "positive likelihood" in reason
-    # ... and an empty sample's former probability 1 no longer outweighs the others
+    # the weighted SE gives an empty sample a cluster of its own and the mean normalised
+    # log-likelihood of the other samples: one answer and two empty samples are three
+    # clusters of equal mass, the least confident value
+    assert score("semantic_entropy_weighted",
+                 record([gen("Paris", [-0.1]), empty, empty])) == pytest.approx(-math.log(3))
+    # ... never the certainty of the answer alone, nor an empty sample's former
+    # probability 1: it weighs as a typical sample, exp(mean(-0.1, -0.1, -0.5))
     mixed = record([gen("Paris", [-0.1]), gen("Paris", [-0.1]), gen("Lyon", [-0.5]), empty])
-    assert score("semantic_entropy_weighted", mixed) == pytest.approx(
-        score("semantic_entropy_weighted", record(mixed.samples[:3])))
+    mass = np.array([2 * math.exp(-0.1), math.exp(-0.5), math.exp(-0.7 / 3)])
+    p = mass / mass.sum()
+    assert score("semantic_entropy_weighted", mixed) == pytest.approx(float((p * np.log(p)).sum()))
+    assert score("semantic_entropy_weighted", mixed) < score("semantic_entropy_weighted",
+                                                             record(mixed.samples[:3]))
     # all samples empty: each its own cluster, the least confident values
     blank = record([empty, gen("  ", [-0.3]), empty])
     assert score("semantic_entropy", blank) == pytest.approx(-math.log(3))
@@ -403,3 +408,27 @@ def test_mars_weighs_a_doubtful_key_word_more_than_a_doubtful_filler():
     # the same length-normalised likelihood, but the doubt sits on the answer in `key`
     assert np.mean(key.token_logprobs) == pytest.approx(np.mean(filler.token_logprobs))
     assert score("mars", record([], greedy=key)) < score("mars", record([], greedy=filler))
+
+
+# Issue "Numbers that hold under audit", item 2: 2 x "Paris" + 8 empty samples scored 0.000
+# (semantic_entropy_weighted) and 1.000 (semantic_density), exactly 10 x "Paris".
+LIKELIHOOD_WEIGHTED = ["semantic_entropy_weighted", "semantic_density", "sentence_sar", "sar"]
+
+
+@pytest.mark.parametrize("name", LIKELIHOOD_WEIGHTED)
+def test_empty_samples_count_as_disagreement_in_likelihood_weighted_scorers(name):
+    paris, empty = gen("Paris", [-0.2]), gen("", [])
+    greedy = gen("Paris", [-0.2])
+    partly = score(name, record([paris] * 2 + [empty] * 8, greedy=greedy))
+    agreeing = score(name, record([paris] * 10, greedy=greedy))
+    lyon = score(name, record([paris] * 2 + [gen("Lyon", [-0.2])] * 8, greedy=greedy))
+    assert partly < agreeing, f"{name}: 2 x Paris + 8 empty {partly} >= 10 x Paris {agreeing}"
+    if name == "semantic_entropy_weighted":
+        # each empty sample a cluster of its own, weighted as a typical sample: a tenth each
+        assert agreeing == 0.0
+        assert partly == pytest.approx(0.2 * math.log(0.2) + 8 * 0.1 * math.log(0.1))
+        assert partly == pytest.approx(-2.1640, abs=5e-5)
+        assert partly < lyon  # eight empty answers disagree more than eight equal ones
+    if name == "semantic_density":
+        # the greedy answer, "Paris" and "" as distinct answers of one weight: 2/3
+        assert agreeing == 1.0 and partly == pytest.approx(2 / 3) == lyon

@@ -10,8 +10,11 @@ neighbours.
 
 What the server gives decides :attr:`OpenAIBackend.capabilities`:
 ``token_logprobs`` and ``top_logprobs`` when it returns log-probabilities
-(found by one small probe request unless ``logprobs`` is set), never
-``token_entropies``, ``token_kl_uniform``, ``token_renyi_uniform`` or
+(found by one small probe request unless ``logprobs`` is set), and then
+``token_entropies`` as **lower bounds from the top-k** alternatives, by the rule
+every path follows (:mod:`confide.backends.topk`: a saved reply imported with
+``confide score`` gets the same), said in :meth:`OpenAIBackend.config`
+(``approximate``); never ``token_kl_uniform``, ``token_renyi_uniform`` or
 ``token_fisher_rao_uniform``: an API's top-k alternatives are not the full
 next-token distribution; nor ``unconditioned_logprobs`` or ``attentions``
 (``pmi``, ``cpmi``, ``rauq``, ``attention_score``): the protocol cannot score
@@ -29,8 +32,8 @@ error=...)``: the runner records it as a failure and a resumed run retries it.
 
 With ``on_token`` (streaming) the greedy answer is asked with ``stream: true``
 and each chunk's tokens are reported as they arrive, with the server's
-log-probabilities when it sends them (no entropy: an API gives no full
-distribution); the samples are asked as usual. A streamed request is not
+log-probabilities when it sends them (no entropy while streaming; the assembled
+answer gets its bounds); the samples are asked as usual. A streamed request is not
 retried (its tokens were already handed on): a stream cut midway, a malformed
 chunk or an error event raises :class:`~confide.core.errors.BackendError`, a
 silence longer than ``timeout`` :class:`~confide.core.errors.BackendTimeout`. When
@@ -71,6 +74,7 @@ from confide.backends.base import (
     TokenEvent,
 )
 from confide.backends.openai_logprobs import MalformedResponse, generation_from_choice
+from confide.backends.topk import TOPK_STATISTICS, topk_entropies
 from confide.core.errors import BackendError, BackendTimeout, InvalidInputError, RateLimited
 from confide.core.needs import Need
 from confide.core.records import Generation, Message
@@ -252,13 +256,19 @@ class OpenAIBackend(Backend, Streams, GeneratesAsync):
     def capabilities(self) -> frozenset[Need]:  # type: ignore[override]
         caps = {Need.SAMPLES, Need.EXTRA_PROMPT}
         if self.logprobs:
-            caps |= {Need.TOKEN_LOGPROBS, Need.TOP_LOGPROBS}
+            caps |= TOPK_STATISTICS  # entropies: lower bounds from the top-k
         return frozenset(caps)
 
     def config(self) -> dict[str, Any]:
-        """The model's identity, stored with a run: no key, no credentials in the URL."""
-        return {"backend": self.name, "model": self.model,
-                "base_url": _public_url(self.base_url), "logprobs": self.logprobs}
+        """The model's identity, stored with a run: no key, no credentials in the URL;
+        with log-probabilities, which statistics are bounds (``approximate``)."""
+        config: dict[str, Any] = {"backend": self.name, "model": self.model,
+                                  "base_url": _public_url(self.base_url),
+                                  "logprobs": self.logprobs}
+        if self.logprobs:
+            config["approximate"] = ("token_entropies: lower bounds from the top-k "
+                                     "log-probabilities")
+        return config
 
     async def aprobe(self) -> bool:
         """Ask for one token with log-probabilities; True if the server returned them."""
@@ -564,6 +574,11 @@ class OpenAIBackend(Backend, Streams, GeneratesAsync):
 
     def _parse_choice(self, choice: Any, spec: GenerationSpec) -> Generation:
         """One chat choice (:func:`~confide.backends.openai_logprobs.generation_from_choice`);
-        its log-probabilities are required exactly when the server returns them."""
-        return generation_from_choice(choice, logprobs=self.logprobs,
-                                      top_k_alternatives=spec.top_k_alternatives, api="chat")
+        its log-probabilities are required exactly when the server returns them, and its
+        entropies are bounded from its top-k as an imported reply's are
+        (:func:`~confide.backends.topk.topk_entropies`)."""
+        gen = generation_from_choice(choice, logprobs=self.logprobs,
+                                     top_k_alternatives=spec.top_k_alternatives, api="chat")
+        if gen.top_logprobs is not None:
+            gen.token_entropies = topk_entropies(gen)[0]
+        return gen

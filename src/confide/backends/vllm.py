@@ -18,12 +18,19 @@ likely tokens (``logprobs=K``, from the raw logits: ``logprobs_mode=
 
 - ``token_logprobs`` (chosen-token :math:`\log p_t(y_t)`) and
   ``top_logprobs``/``top_tokens`` are **exact**;
-- ``token_entropies`` and ``token_kl_uniform`` (self-certainty) need the whole
-  distribution; they are **bounds from the top-K** (:func:`topk_statistics`):
-  the entropy a lower bound with a stated gap, the KL a lower bound. Both are
-  exact when the top-K hold all the mass. The run's stored backend
-  configuration says so (``approximate``), and ``approximate=False`` leaves
-  them out, so the runner skips the scorers that need them and says why;
+- ``token_entropies`` needs the whole distribution; it is a **lower bound from
+  the top-K** (:func:`topk_statistics`) with a stated gap, exact when the
+  top-K hold all the mass. The run's stored backend configuration says so
+  (``approximate``), and ``approximate=False`` leaves it out, so the runner
+  skips the scorers that need it and says why;
+- ``token_kl_uniform`` (self-certainty, :math:`\mathrm{KL}(U\|p)`) is **not
+  given**: it is an average of :math:`\log p_v` over the whole vocabulary, so it
+  depends on the unseen tokens' smallest probabilities, which the top-K say
+  nothing about; no function of the top-K keeps the order of the true values
+  (see :func:`topk_statistics`), and the earlier lower bound inverted rankings.
+  The backend does not claim ``token_kl_uniform``, so ``self_certainty``,
+  ``lens`` and ``claim_self_certainty`` are skipped with "backend cannot give
+  token_kl_uniform";
 - hidden states: vLLM gives none, so probes and density scorers are skipped.
 
 Throughput: a run's block of ``--batch-size`` questions is one call to the
@@ -54,12 +61,13 @@ from confide.backends.base import (
     encode_prompt,
 )
 from confide.backends.models import DEFAULT_MODEL, resolve_model
+from confide.backends.topk import ranked_entropy_lower_bound
 from confide.core.errors import InvalidInputError, ModelLoadError
 from confide.core.needs import Need
 from confide.core.records import Generation
 
 __all__ = ["STATS_LOGPROBS", "TAIL_FLOOR", "TokenText", "VLLMBackend", "assemble",
-           "request_plan", "to_generation", "topk_statistics"]
+           "request_plan", "to_generation", "topk_statistics", "vllm_capabilities"]
 
 # Log-probabilities asked of vLLM per token for the entropy bounds (vLLM's default cap).
 STATS_LOGPROBS = 20
@@ -82,8 +90,9 @@ class _Output(Protocol):
 
 
 def topk_statistics(top: Sequence[float], known: Sequence[float], vocab_size: int
-                    ) -> tuple[float, float, float]:
-    r"""Entropy bounds and a self-certainty bound of one next-token distribution from its top-K.
+                    ) -> tuple[float, float, float | None]:
+    r"""Entropy bounds of one next-token distribution from its top-K, and its self-certainty
+    only when every token is known.
 
     Let :math:`\ell_{(1)} \ge \dots \ge \ell_{(K)}` be the ``top`` log-probabilities,
     :math:`S` the set of tokens whose log-probability is known (the top-K plus
@@ -99,29 +108,40 @@ def topk_statistics(top: Sequence[float], known: Sequence[float], vocab_size: in
         H_{hi} = -\sum_{i \in S} p_i \log p_i + R \log\frac{V - m}{R}
 
     (each unseen :math:`q \le p_{(K)}` gives :math:`-q\log q \ge -q \log p_{(K)}`;
-    the uniform tail has the most entropy), and, by Jensen's inequality on the
-    unseen :math:`\log q`,
+    the uniform tail has the most entropy). :math:`R` is floored at
+    :data:`TAIL_FLOOR` in the upper bound's logarithm, so a step with all its
+    mass in the top-K gives a finite value.
+
+    Self-certainty, :math:`\mathrm{KL}(U \,\|\, p) = -\log V - \frac{1}{V}\sum_v
+    \log p_v`, is returned only when every token is known (:math:`m = V`), and then
+    exactly; otherwise ``None``. The top-K cannot rank it: with :math:`R > 0`
+    spread over :math:`V - m \ge 2` unseen tokens, the same top-K fit every KL from
 
     .. math::
 
-        \mathrm{KL}(U \,\|\, p) = -\log V - \frac{1}{V}\sum_v \log p_v
-        \;\ge\; -\log V - \frac{1}{V}\Big[\sum_{i \in S} \ell_i
-        + (V - m) \log\frac{R}{V - m}\Big].
+        \mathrm{KL}_{lo} = -\log V - \frac{1}{V}\Big[\sum_{i \in S} \ell_i
+        + (V - m) \log\frac{R}{V - m}\Big]
 
-    The KL has no upper bound from the top-K: an unseen token's probability
-    can be as small as it likes. :math:`R` is floored at :data:`TAIL_FLOOR` in
-    the two tail logarithms, so a step with all its mass in the top-K gives
-    finite values. Entropy is that of Shannon; self-certainty is the mean of
-    :math:`\mathrm{KL}(U\|p)` over tokens (Kang et al., 2025, "Scalable
-    Best-of-N Selection for Large Language Models via Self-Certainty",
-    arXiv:2502.18581).
+    (Jensen's inequality on the unseen :math:`\log q`: the tail spread evenly) up
+    to :math:`\infty` (an unseen token's probability can be as small as it likes),
+    so a function of the top-K that kept the order of the true values would have
+    to give every such step the same value. :math:`\mathrm{KL}_{lo}` inverts rankings:
+    with :math:`V = 4` and top-2, :math:`p = (.5, .25, .25 - 10^{-9}, 10^{-9})` has
+    KL 4.66 and bound 0.17, while :math:`p = (.6, .3, .05, .05)` has KL 0.54 and
+    bound 0.54 (``tests/backends/test_vllm.py``). Entropy is that of
+    Shannon; self-certainty is the mean of :math:`\mathrm{KL}(U\|p)` over tokens
+    (Kang et al., 2025, "Scalable Best-of-N Selection for Large Language Models
+    via Self-Certainty", arXiv:2502.18581).
 
-    Returns ``(H_lo, H_hi, KL_lo)`` in nats.
+    Returns ``(H_lo, H_hi, KL)`` in nats, ``KL`` None unless :math:`m = V`.
 
     >>> import math
     >>> lo, hi, kl = topk_statistics([math.log(.5), math.log(.25)], [], 4)
+    >>> round(lo / math.log(2), 6), round(hi / math.log(2), 6), kl
+    (1.5, 1.75, None)
+    >>> lo, hi, kl = topk_statistics([math.log(.5), math.log(.25)], [math.log(.125)] * 2, 4)
     >>> round(lo / math.log(2), 6), round(hi / math.log(2), 6), round(kl / math.log(2), 6)
-    (1.5, 1.75, 0.25)
+    (1.75, 1.75, 0.25)
     """
     logs = np.asarray(list(top) + list(known), dtype=np.float64)
     if not len(top):
@@ -136,8 +156,7 @@ def topk_statistics(top: Sequence[float], known: Sequence[float], vocab_size: in
     lo = seen_entropy + (tail * -math.log(smallest) if tail > 0 else 0.0)
     floored = max(tail, TAIL_FLOOR)
     hi = seen_entropy + (tail * math.log(unseen / floored) if tail > 0 else 0.0)
-    tail_logs = unseen * math.log(floored / unseen) if unseen > 0 else 0.0
-    kl = -math.log(vocab_size) - (float(logs.sum()) + tail_logs) / vocab_size
+    kl = -math.log(vocab_size) - float(logs.sum()) / vocab_size if unseen <= 0 else None
     return lo, max(hi, lo), kl
 
 
@@ -167,7 +186,8 @@ def to_generation(output: _Output, text: TokenText, spec: GenerationSpec, *,
     that carry only the stop string (as the ``hf`` backend does).
     ``top_logprobs`` keeps the ``spec.top_k_alternatives`` best of the
     ``stats_k`` that vLLM returned; with ``approximate``, entropies are
-    :func:`topk_statistics`' lower bound and KL(U || p) its lower bound.
+    :func:`topk_statistics`' lower bound. KL(U || p) is never given: the top-K
+    cannot rank it (:func:`topk_statistics`).
     """
     ids = list(output.token_ids)
     n = len(ids)
@@ -191,7 +211,6 @@ def to_generation(output: _Output, text: TokenText, spec: GenerationSpec, *,
     k = spec.top_k_alternatives
     chosen = np.zeros(n, dtype=np.float32)
     entropy = np.zeros(n, dtype=np.float32)
-    kl = np.zeros(n, dtype=np.float32)
     top_lp = np.full((n, k), -np.inf, dtype=np.float32)
     top_tokens: list[list[str]] = []
     for t, entries in enumerate(steps):
@@ -200,14 +219,13 @@ def to_generation(output: _Output, text: TokenText, spec: GenerationSpec, *,
         best = ranked[:k]
         top_lp[t, :len(best)] = [lp for _, lp in best]
         top_tokens.append([text.piece(tid) for tid, _ in best])
-        if approximate:
-            in_top = {tid for tid, _ in ranked}
-            extra = [float(lp.logprob) for tid, lp in entries.items() if tid not in in_top]
-            lo, _, kl_lo = topk_statistics([lp for _, lp in ranked], extra, vocab_size)
-            entropy[t], kl[t] = lo, kl_lo
+        if approximate:  # the rule of every path, an imported vLLM dump's too
+            entropy[t] = ranked_entropy_lower_bound(
+                [(float(lp.logprob), lp.rank) for lp in entries.values()],
+                float(entries[ids[t]].logprob), k=stats_k)
     gen.token_logprobs = chosen
     if approximate:
-        gen.token_entropies, gen.token_kl_uniform = entropy, kl
+        gen.token_entropies = entropy
     if k:
         gen.top_logprobs, gen.top_tokens = top_lp, top_tokens
     return gen
@@ -248,6 +266,14 @@ def _end_ids(tokenizer: Any, path: str) -> frozenset[int]:
     return frozenset(ids)
 
 
+def vllm_capabilities(approximate: bool = True) -> frozenset[Need]:
+    """What the ``vllm`` backend gives: the exact chosen-token and top-K statistics,
+    samples, a second prompt, and with ``approximate`` the entropies' lower bounds;
+    never ``token_kl_uniform`` (:func:`topk_statistics`) nor hidden states."""
+    exact = {Need.TOKEN_LOGPROBS, Need.TOP_LOGPROBS, Need.SAMPLES, Need.EXTRA_PROMPT}
+    return frozenset(exact | ({Need.TOKEN_ENTROPIES} if approximate else set()))
+
+
 class VLLMBackend(Backend, Tokenizes, HasContextWindow):
     """A model served by vLLM's offline engine as a confide backend.
 
@@ -256,9 +282,10 @@ class VLLMBackend(Backend, Tokenizes, HasContextWindow):
     model : bundled alias, transformers directory or hub id (``.gguf`` files are
         unpacked to a directory first, as for ``hf``).
     tensor_parallel_size : GPUs of this host the model is split over.
-    approximate : give entropies and KL(U || p) as bounds from the top
+    approximate : give entropies as lower bounds from the top
         :data:`STATS_LOGPROBS` log-probabilities (see the module's notes); False
-        leaves them out and the scorers that need them are skipped.
+        leaves them out and the scorers that need them are skipped. KL(U || p) is
+        never given (self-certainty is skipped either way).
     batch_size : accepted for the run loop's sake; vLLM forms its own batches.
     engine : further ``vllm.LLM`` keywords (``gpu_memory_utilization``,
         ``max_model_len``, ``dtype``, ``enforce_eager``...).
@@ -304,17 +331,16 @@ class VLLMBackend(Backend, Tokenizes, HasContextWindow):
 
     @property
     def capabilities(self) -> frozenset[Need]:  # type: ignore[override]
-        exact = {Need.TOKEN_LOGPROBS, Need.TOP_LOGPROBS, Need.SAMPLES, Need.EXTRA_PROMPT}
-        return frozenset(exact | ({Need.TOKEN_ENTROPIES, Need.TOKEN_KL_UNIFORM}
-                                  if self.approximate else set()))
+        # never TOKEN_KL_UNIFORM: the top-K cannot rank it (topk_statistics)
+        return vllm_capabilities(self.approximate)
 
     def config(self) -> dict[str, Any]:
         return {"backend": self.name, "model": self.source.name, "kind": self.source.kind,
                 "dtype": str(self._model_config.dtype).removeprefix("torch."),
                 "tensor_parallel_size": self.tensor_parallel_size,
                 "chat_template": self.has_chat_template,
-                "approximate": (f"token_entropies, token_kl_uniform: lower bounds from the "
-                                f"top {STATS_LOGPROBS}") if self.approximate else ""}
+                "approximate": (f"token_entropies: lower bounds from the top "
+                                f"{STATS_LOGPROBS}") if self.approximate else ""}
 
     @property
     def context_window(self) -> int | None:

@@ -184,6 +184,8 @@ def fit_(
                   f"({rep['n_correct']} correct): chosen {escape(str(rep['chosen']))}; "
                   f"cross-fitted AUROC "
                   + ("–" if auroc is None else f"{auroc:.3f}"))
+    for name, reason in (rep.get("left_out") or {}).items():
+        console.print(f"  left out {escape(name)}: {escape(reason)}")
     weights = rep.get("weights") or rep.get("token_weights") or rep.get("importances")
     if weights:
         print_table(console, ["input", "importance" if "importances" in rep else "weight"],

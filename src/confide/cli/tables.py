@@ -95,7 +95,8 @@ def render_eval_table(console: Console, table: EvalTable, *, title: str = "",
     print_table(console, columns, rows, title=title)
     if compared.best is not None:
         console.print(f"best and Δ AUROC: on the {compared.n_common} items where all "
-                      f"{len(compared.scorers)} compared scorers have a value"
+                      f"{len(compared.scorers)} compared scorers have a value; the best is "
+                      "chosen on these items, so p is post-selection (see the note)"
                       + (f"; left out (few values): {', '.join(compared.left_out)}"
                          if compared.left_out else ""))
     console.print(f"accuracy ({table.grader}): {fmt_interval(table.accuracy)} "
@@ -105,8 +106,8 @@ def render_eval_table(console: Console, table: EvalTable, *, title: str = "",
         console.print("⚠ = beats the length baseline overall but not within length strata "
                       "(Santilli et al. 2025): its lead may come from answer length")
     if any(r.raw_calibration is not None for r in table.rows):
-        console.print("calibration of scores that are probabilities (ECE, raw → after "
-                      "cross-fitted isotonic):")
+        console.print("calibration of scores that are probabilities of being right (ECE, "
+                      "raw → after cross-fitted isotonic):")
     for row in table.rows:
         raw = row.raw_calibration
         if raw is None:

@@ -31,14 +31,15 @@ class Need(str, Enum):
     UNCONDITIONED_LOGPROBS = "unconditioned_logprobs"  # the answer again, without the question
     ATTENTIONS = "attentions"              # attention weights of a pass over prompt + answer
     CHOICE_LOGLIKELIHOODS = "choice_loglikelihoods"  # log p of each option (imported logs)
+    TOKEN_BOOSTED_PROB = "token_boosted_prob"  # every logit: BoostedProb of the chosen token
 
 
 #: The per-token columns of a Generation, in its stored order.
 TOKEN_STATISTICS: tuple[Need, ...] = (
     Need.TOKEN_LOGPROBS, Need.TOKEN_ENTROPIES, Need.TOKEN_KL_UNIFORM, Need.TOKEN_RENYI_UNIFORM,
-    Need.TOKEN_FISHER_RAO_UNIFORM, Need.TOP_LOGPROBS)
+    Need.TOKEN_FISHER_RAO_UNIFORM, Need.TOP_LOGPROBS, Need.TOKEN_BOOSTED_PROB)
 #: Statistics of the whole next-token distribution: a log holding the top-k has none.
 FULL_DISTRIBUTION = frozenset({Need.TOKEN_KL_UNIFORM, Need.TOKEN_RENYI_UNIFORM,
-                               Need.TOKEN_FISHER_RAO_UNIFORM})
+                               Need.TOKEN_FISHER_RAO_UNIFORM, Need.TOKEN_BOOSTED_PROB})
 #: Needs only a live model pass can meet (the scorer calls the model again).
 MODEL_PASSES = frozenset({Need.EXTRA_PROMPT, Need.UNCONDITIONED_LOGPROBS, Need.ATTENTIONS})

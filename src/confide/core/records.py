@@ -16,8 +16,8 @@ import numpy as np
 from confide.core.jsonsafe import json_safe
 from confide.core.needs import TOKEN_STATISTICS
 
-__all__ = ["Claim", "DIVERGENCE_TEMPERATURE", "Generation", "Item", "Message", "RENYI_ALPHA",
-           "Record"]
+__all__ = ["BOOSTEDPROB_EPSILON", "BOOSTEDPROB_JUMP", "Claim", "DIVERGENCE_TEMPERATURE",
+           "Generation", "Item", "Message", "RENYI_ALPHA", "Record"]
 
 Message = dict[str, str]  # {"role": ..., "content": ...}
 
@@ -72,6 +72,12 @@ class Item:
 # values of the RAINPROOF scorers (Darrin et al., 2023) that LM-Polygraph also uses.
 DIVERGENCE_TEMPERATURE = 2.0
 RENYI_ALPHA = 0.5
+# The "difference_jump" rule of BoostedProb (Dinh & Niehues, 2025; the defaults of its
+# ``boostedprob`` package) behind the ``token_boosted_prob`` column: a drop between two
+# sorted probabilities is a jump when it exceeds both BOOSTEDPROB_JUMP times the larger
+# one and BOOSTEDPROB_EPSILON (confide.scorers.information.dominant_cut).
+BOOSTEDPROB_JUMP = 0.3
+BOOSTEDPROB_EPSILON = 0.005
 
 _ARRAY_FIELDS = tuple(stat.value for stat in TOKEN_STATISTICS)
 
@@ -92,8 +98,12 @@ class Generation:
     :data:`RENYI_ALPHA` = 1/2, and ``token_fisher_rao_uniform[t]`` :math:`=
     \frac{2}{\pi}\arccos\sum_v \sqrt{q_t(v)/V}` (the Fisher–Rao distance
     divided by its maximum :math:`\pi`); both are 0 for a uniform
-    :math:`p_t` and grow as it peaks. All are computed
-    from the next-token distribution produced while generating. A statistic
+    :math:`p_t` and grow as it peaks. ``token_boosted_prob[t]`` is BoostedProb's
+    value of the chosen token, its dominant group's mass or its own probability,
+    the rule applied to the *whole* sorted :math:`p_t`
+    (:func:`confide.scorers.information.boosted_token_probability`; the ``hf``
+    backend's :func:`~confide.backends.hf.steps.boosted_probabilities`). All are
+    computed from the next-token distribution produced while generating. A statistic
     the backend cannot give is ``None``. ``hidden`` maps ``"layer:pool"``
     (pool is ``last`` or ``mean``) to a float16 vector.
     """
@@ -110,6 +120,8 @@ class Generation:
     top_tokens: list[list[str]] | None = None
     finish_reason: str = "stop"
     hidden: dict[str, np.ndarray] | None = None
+    # last, so positional construction is unchanged; records stored before it load as None
+    token_boosted_prob: np.ndarray | None = None
 
     @property
     def n_tokens(self) -> int:

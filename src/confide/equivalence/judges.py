@@ -7,7 +7,8 @@ between answers. What "same meaning" is depends on the task, so the judge is
 a plug-in chosen per run (``RunConfig.judge``, ``confide run --judge``):
 
 =============  ===========================================================
-``exact``      same text after :func:`~confide.text.normalize_answer`
+``exact``      same text after :func:`~confide.text.answer_key`; on a
+               multiple-choice item, the same option picked
 ``numeric``    same final number (:func:`~confide.text.extract_final_number`)
 ``ast``        same function calls after parsing and normalising arguments
                against the tool schemas (order, defaults, types)
@@ -65,12 +66,13 @@ from confide.core.errors import InvalidInputError, ModelLoadError
 from confide.core.records import Item
 from confide.core.registry import Registry
 from confide.equivalence.clustering import Decision, Judge, question_of
+from confide.grading.choice import picked_option
 from confide.text import (
+    answer_key,
     canonical_calls,
     collapse_whitespace,
     embed_texts,
     extract_final_number,
-    normalize_answer,
     parse_function_calls,
 )
 
@@ -123,21 +125,50 @@ def make_judge(name: str, *, backend: Any = None, **options: Any) -> Judge:
 
 @_register
 class ExactJudge(Judge):
-    r"""Same text after SQuAD-style normalisation.
+    r"""Same text after SQuAD-style normalisation; on a multiple-choice item, the same option.
 
-    .. math:: a \equiv b \iff \operatorname{norm}(a) = \operatorname{norm}(b)
+    .. math:: a \equiv b \iff \kappa(a) = \kappa(b), \qquad
+              \kappa(a) = \begin{cases} \hat{k}(a) & \text{the item has choices and }
+              a \text{ picks option } \hat{k}(a) \\
+              \operatorname{key}(a) & \text{otherwise} \end{cases}
 
-    with :func:`~confide.text.normalize_answer` (case, punctuation,
-    articles, whitespace). Affinity is 1 for equal keys and 0 otherwise.
+    with :math:`\hat{k}` the ``choice`` grader's reading of an answer
+    (:func:`~confide.grading.choice.picked_option`: a letter alone or leading,
+    ``(A)``, ``A.``, ``A. bank``, or one option's text) over the item's
+    ``metadata["choices"]``, and :math:`\operatorname{key}` =
+    :func:`~confide.text.answer_key`: :func:`~confide.text.normalize_answer`
+    (case, punctuation, articles, whitespace), and for an answer that normalises
+    to nothing (``A``, ``(A)``, ``The``, ``.``) its words with the articles kept,
+    else its stripped text, never a shared empty key. So with choices
+    ("bank", "mall"), ``A``, ``A.``, ``(A)``, ``A. bank`` and ``bank`` are one
+    answer and ``B``, ``B. mall`` and ``mall`` another; without choices ``A``,
+    ``A.`` and ``(A)`` are one answer, ``B`` another and ``The`` a third, but
+    ``A. bank`` keys as ``bank`` (SQuAD drops the article "a"). Affinity is 1
+    for equal keys and 0 otherwise.
 
-    References: [1] Rajpurkar et al., 2016, "SQuAD", EMNLP (normalisation).
+    References: [1] Rajpurkar et al., 2016, "SQuAD", EMNLP (normalisation);
+    [2] Hendrycks et al., 2021, "Measuring Massive Multitask Language
+    Understanding", ICLR (letter-answer multiple choice).
+
+    >>> from confide.core.records import Item
+    >>> mc = Item("q", "?", ["A"], {"choices": ["bank", "mall"]})
+    >>> ExactJudge().clusters(["A", "A.", "(A)", "A. bank", "bank", "B", "B. mall", "mall"],
+    ...                       mc).tolist()
+    [0, 0, 0, 0, 0, 1, 1, 1]
+    >>> ExactJudge().clusters(["A", "A.", "(A)", "B", "The", ".", "B. mall"]).tolist()
+    [0, 0, 0, 1, 2, 3, 4]
     """
 
     name = "exact"
     by_key = True
 
     def key(self, text: str, item: Item | None = None) -> str:
-        return normalize_answer(text)
+        choices = item.metadata.get("choices") if item is not None else None
+        if choices:
+            picked = picked_option(text, [str(c) for c in choices])
+            if picked is not None:  # "option:" has punctuation: no answer_key equals it
+                return f"option:{picked}"
+        return answer_key(text)
 
 
 @_register
@@ -167,7 +198,7 @@ class NumericJudge(Judge):
     def key(self, text: str, item: Item | None = None) -> str:
         value = extract_final_number(text)
         if value is None:
-            return "text:" + normalize_answer(text)
+            return "text:" + answer_key(text)
         if value == 0:
             value = 0.0  # -0.0 and 0.0 are one number
         return "number:" + format(value, f".{self.digits}g")

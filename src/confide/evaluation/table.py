@@ -12,13 +12,19 @@ best scorer, each one's paired difference from it) are made only on the items
 where every compared scorer has a value, so a scorer cannot lead by abstaining
 on hard items; a scorer with values on fewer than :data:`MIN_COVERAGE` of the
 graded items is left out of the comparison (it would shrink the shared items
-to its few) and the table says so. Also per scorer: calibration twice:
+to its few) and the table says so. The best scorer is chosen on the same items it is
+then compared on, so the p-values against it are post-selection (:data:`POST_SELECTION`
+says exactly what they mean; the table carries it as a note). Also per scorer:
+calibration twice:
 ``calibrated`` (raw scores turned into probabilities by cross-fitted isotonic
 regression, :func:`confide.metrics.crossfit_probabilities`, so no item is
-calibrated on its own label) and, for a scorer whose values are already
-probabilities in [0, 1] (P(True), verbalized confidence, a calibrator's output),
+calibrated on its own label) and, for a scorer whose values are probabilities of
+being correct (:attr:`~confide.scorers.base.ScorerSpec.probability`: P(True),
+verbalized confidence, a fitted P(correct); :func:`gives_probabilities`),
 ``raw_calibration`` of those values as they are (Kadavath et al., 2022; Tian et
-al., 2023): ECE, Brier score and the reliability diagram of each. The length
+al., 2023): ECE, Brier score and the reliability diagram of each. A score that
+merely lies in [0, 1] (``lexical_similarity``, ``probability_margin``,
+``semantic_density``...) gets none: its ECE would measure a scale, not a belief. The length
 baseline (:func:`confide.scorers.whitebox.length`) is in every table.
 
 The audit follows Santilli et al. (2025): Spearman correlation of each
@@ -64,10 +70,11 @@ from confide.metrics.length_audit import (
 )
 from confide.scorers import SCORERS, run_scorer
 
-__all__ = ["DEFAULT_METRICS", "LENGTH_BASELINE", "MIN_COVERAGE", "Calibration", "Comparison",
+__all__ = ["DEFAULT_METRICS", "LENGTH_BASELINE", "MIN_COVERAGE", "POST_SELECTION",
+           "Calibration", "Comparison",
            "EvalTable", "GraderAgreement",
            "RunComparison", "ScorerRow", "compare_records", "evaluate_records",
-           "scorer_column", "scorer_order"]
+           "gives_probabilities", "scorer_column", "scorer_order"]
 
 #: Metrics of `confide eval`, the report and the API unless asked otherwise.
 DEFAULT_METRICS = ("auroc", "prr", "aurc")
@@ -77,6 +84,20 @@ N_STRATA = 4
 #: Scorers with values on fewer than this share of the graded items are left out of the
 #: comparison across scorers.
 MIN_COVERAGE = 0.5
+
+#: What the p-values against the best scorer mean, said in every table that has them.
+#: Chosen over a split (select on half the items, test on the other half): a split halves
+#: the items of both steps, at the 100 to 500 items of a run most intervals would then
+#: span zero, and every published figure would change; the point estimates and intervals
+#: of Δ AUROC stay what they are, only the reading of the p-value is qualified.
+POST_SELECTION = (
+    "Δ AUROC vs best: the best scorer is the one with the highest AUROC on these same "
+    "{n} items, chosen after seeing them; each p-value is the paired bootstrap's two-sided "
+    "p for 'this scorer's AUROC equals the best's' on those items, computed as if the "
+    "best had been named in advance. Choosing the best first makes the gaps larger and "
+    "the p-values smaller than a test of a pre-named pair would give (the winner's "
+    "curse): read them as a description of the gap, not as proof that the best scorer "
+    "is better; confirm a lead on other items or another run.")
 
 Interval = tuple[float, float, float]
 _NAN_INTERVAL: Interval = (math.nan, math.nan, math.nan)
@@ -107,7 +128,8 @@ class ScorerRow:
     plain AUROC; None for the baseline itself) and ``lead_vanishes`` (True when
     that lead is gone within length strata). ``common_auroc`` is its AUROC on the
     items every compared scorer has a value for, and ``vs_best`` the paired
-    bootstrap of AUROC against the best scorer there (:class:`Comparison`).
+    bootstrap of AUROC against the best scorer there (:class:`Comparison`); its
+    p-value is post-selection (:data:`POST_SELECTION`).
     ``calibrated``: cross-fitted isotonic
     probabilities; ``raw_calibration``: the values themselves, only when they
     are probabilities.
@@ -161,8 +183,9 @@ class GraderAgreement:
 @dataclass
 class Comparison:
     """How the scorers of a table were compared: on ``n_common`` items where all of
-    ``scorers`` have a value; ``best`` by AUROC there; ``left_out`` maps each scorer
-    kept out of the comparison to why."""
+    ``scorers`` have a value; ``best`` by AUROC there (chosen on the items it is then
+    compared on: :data:`POST_SELECTION`); ``left_out`` maps each scorer kept out of the
+    comparison to why."""
 
     n_common: int = 0
     scorers: list[str] = field(default_factory=list)
@@ -234,6 +257,21 @@ def scorer_order(config: dict[str, Any], skipped: dict[str, str],
     return list(dict.fromkeys(names))
 
 
+def gives_probabilities(name: str) -> bool:
+    """Whether the scores named ``name`` are probabilities of being correct: the registered
+    scorer's :attr:`~confide.scorers.base.ScorerSpec.probability`, and for a fitted model's
+    scores (stored as ``KIND:RUN``, :func:`confide.learned.fitting.fit_run`) its kind's. A name
+    that is neither (labels, other tools' scores) is not taken for one.
+
+    >>> gives_probabilities("p_true"), gives_probabilities("probe:run1")
+    (True, True)
+    >>> gives_probabilities("lexical_similarity"), gives_probabilities("my_score")
+    (False, False)
+    """
+    kind = name if name in SCORERS else name.split(":", 1)[0]
+    return kind in SCORERS and SCORERS[kind].probability
+
+
 def _length_baseline(records: Sequence[Record]) -> tuple[np.ndarray, list[str | None]]:
     """The registered ``length`` scorer on each record (one definition: NaN with its
     reason for an empty answer)."""
@@ -261,7 +299,7 @@ def evaluate_records(records: list[Record], *, grader: str, scorers: list[str] |
     binary = (correct >= 0.5).astype(float)
     lengths = np.array([r.greedy.n_tokens for r in graded], dtype=float)
     accuracy = _interval("accuracy", np.zeros_like(binary), binary, n_resamples, level, seed, {})
-    names = list(scorers or scorer_order({}, {}, records))
+    names = list(dict.fromkeys(scorers or scorer_order({}, {}, records)))  # each row once
     if LENGTH_BASELINE not in names:
         names.append(LENGTH_BASELINE)  # in every table, so length-driven leads are visible
     confidences = {n: np.array([r.scores.get(n, math.nan) for r in graded], dtype=float)
@@ -284,7 +322,8 @@ def evaluate_records(records: list[Record], *, grader: str, scorers: list[str] |
         values, y = conf[keep], binary[keep]
         row.calibrated, probability = _crossfit_calibration(values, y, n_resamples, level,
                                                             seed, n_bins)
-        if values.size and values.min() >= 0 and values.max() <= 1:
+        if values.size and gives_probabilities(name) and values.min() >= 0 \
+                and values.max() <= 1:
             row.raw_calibration = _calibration(values, y, n_resamples, level, seed, n_bins)
         for m in metrics:
             if METRICS[m].needs_probabilities:
@@ -299,6 +338,8 @@ def evaluate_records(records: list[Record], *, grader: str, scorers: list[str] |
     _flag_length_lead(rows, confidences, binary, lengths, n_strata)
     comparison = (_compare_to_best(rows, confidences, binary, n_resamples, level, seed)
                   if compare else Comparison())
+    if any(row.vs_best for row in rows):
+        notes.append(POST_SELECTION.format(n=comparison.n_common))
     table = EvalTable(grader, len(records), len(graded), accuracy, rows, level,
                       graders=_grader_agreement(graded, names, confidences), notes=notes,
                       options={"metrics": list(metrics), "metric_options": options,
@@ -376,7 +417,11 @@ def _compare_to_best(rows: list[ScorerRow], confidences: dict[str, np.ndarray],
                      binary: np.ndarray, n_resamples: int, level: float, seed: int
                      ) -> Comparison:
     """The best scorer by AUROC on the items every compared scorer has a value for, and
-    the paired bootstrap of AUROC difference (scorer − best) on those same items."""
+    the paired bootstrap of AUROC difference (scorer − best) on those same items.
+
+    Selection and comparison use the same items, so the p-values are post-selection:
+    each tests "equal AUROC" as if the best had been named in advance, and is smaller
+    than an honest test of the chosen pair would be (:data:`POST_SELECTION`)."""
     out = Comparison()
     n_graded = len(binary)
     compared = []

@@ -11,7 +11,7 @@ from confide.core.records import Item
 from confide.grading.base import grader, references
 from confide.text import normalize_answer
 
-__all__ = ["LETTERS", "choice"]
+__all__ = ["LETTERS", "choice", "picked_option"]
 
 LETTERS = string.ascii_uppercase
 
@@ -66,6 +66,17 @@ def _choice_index(answer: str, choices: list[str]) -> int | None:
             return i
     found = _named_options(norm, norm_choices)
     return found[0] if len(found) == 1 else None
+
+
+def picked_option(answer: str, choices: list[str]) -> int | None:
+    """The index of the option ``answer`` picks among ``choices`` by the ``choice`` grader's
+    rule (see :func:`choice`), or None when it picks none or several.
+
+    >>> [picked_option(a, ["bank", "mall"]) for a in ["A", "(A)", "A. bank", "bank", "B. mall",
+    ...                                               "mall", "A. mall", "."]]
+    [0, 0, 0, 0, 1, 1, None, None]
+    """
+    return _choice_index(answer, choices)
 
 
 @grader("choice")

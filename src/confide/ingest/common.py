@@ -21,19 +21,20 @@ Statistics
 ----------
 Every format hands :func:`build_generation` a list of :class:`Step`: the chosen
 token, its log-probability and the listed alternatives (``openai`` reads choices
-with the ``openai`` backend's own reader and adds :func:`entropy_bounds`). From it:
+with the ``openai`` backend's own reader and adds the bounds as that backend does,
+:func:`confide.backends.topk.topk_entropies`). From it:
 
 - ``token_logprobs`` when every answer token has its log-probability;
 - ``top_logprobs`` / ``top_tokens`` when every answer token has at least one
   alternative (``k`` = the fewest any token has, best first);
-- ``token_entropies`` only as **lower bounds from the top-k**, by the rule of the
-  ``vllm`` backend (:func:`confide.backends.vllm.topk_statistics`): with
+- ``token_entropies`` only as **lower bounds from the top-k**, by the one rule of
+  every path, the ``openai`` and ``vllm`` backends' too (:mod:`confide.backends.topk`): with
   :math:`p_i` the listed probabilities, :math:`p_{(k)}` the smallest of the top-k
   and :math:`R = 1 - \sum_i p_i` the unseen mass,
   :math:`H \ge -\sum_i p_i \log p_i + R \log(1/p_{(k)})` (no vocabulary size is
   needed for the lower bound). Such a record says so in
-  :attr:`Imported.approximate`, as the ``vllm`` backend says so in its stored
-  configuration. The bound holds only when the listed alternatives are the
+  :attr:`Imported.approximate`, as the ``openai`` and ``vllm`` backends say so in
+  their stored configuration. The bound holds only when the listed alternatives are the
   model's own top-k, which is what OpenAI-compatible servers, vLLM and
   llama.cpp's ``top_logprobs`` give; probabilities taken after a sampler
   (llama.cpp's ``post_sampling_probs``) give no bounds. A log may list the
@@ -42,7 +43,9 @@ with the ``openai`` backend's own reader and adds :func:`entropy_bounds`). From 
   before the bound is taken (:meth:`Step.ranked`); setting apart a true k-th
   token only loosens the bound;
 - never ``token_kl_uniform``, ``token_renyi_uniform`` or
-  ``token_fisher_rao_uniform``: they need the whole next-token distribution.
+  ``token_fisher_rao_uniform``: they need the whole next-token distribution (no
+  backend that reads a top-k gives them either, so an answer holds the same
+  statistics generated, imported or served).
 
 Logs list tokens past the answer text (an end-of-turn token, a cut stop string);
 where a format says so, the answer keeps the shortest prefix of tokens whose text
@@ -58,7 +61,6 @@ record bad, and the error names ``file:line: field:``.
 from __future__ import annotations
 
 import codecs
-import itertools
 import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -69,6 +71,7 @@ from typing import IO, Any
 import numpy as np
 
 from confide.backends.openai_logprobs import answer_length
+from confide.backends.topk import entropy_lower_bounds, set_apart
 from confide.core.errors import InvalidInputError
 from confide.core.needs import Need
 from confide.core.records import Generation, Item, Record
@@ -82,8 +85,6 @@ __all__ = ["BadField", "CHUNK", "Context", "FORMATS", "Imported", "LogFormat", "
 
 #: Bytes read at a time when streaming a JSON array or pretty-printed objects.
 CHUNK = 1 << 16
-# The lower entropy bound does not depend on the vocabulary size (only the upper one
-# does): :func:`_lower_bound` needs none.
 # Statistics an imported record can provide, in the order they are checked.
 _TOKEN_STATS = (Need.TOKEN_LOGPROBS, Need.TOP_LOGPROBS, Need.TOKEN_ENTROPIES)
 
@@ -172,14 +173,10 @@ class Step:
     extra_possible: bool = False
 
     def ranked(self) -> tuple[list[tuple[str, float]], list[float]]:
-        """``(top-k, other known log-probabilities)`` of this step."""
-        top = list(self.top or [])
-        if (self.extra_possible and len(top) >= 2 and top[-1][0] == self.token
-                and self.logprob is not None and top[-1][1] <= min(v for _, v in top)):
-            return top[:-1], [top[-1][1]]
-        if self.logprob is not None and all(t != self.token for t, _ in top):
-            return top, [self.logprob]
-        return top, []
+        """``(top-k, other known log-probabilities)`` of this step
+        (:func:`~confide.backends.topk.set_apart`)."""
+        return set_apart(self.token, self.logprob, self.top or [],
+                         extra_possible=self.extra_possible)
 
 
 # --- checks ------------------------------------------------------------------------------
@@ -367,42 +364,13 @@ def entropy_bounds(steps: list[Step]) -> tuple[np.ndarray | None, dict[str, str]
     """Per-token lower bounds of the entropy from each step's top-k, and their note.
 
     Each step's alternatives are taken as its top-k after :meth:`Step.ranked` set
-    apart a sampled token listed beyond them; the bound is the ``vllm`` backend's
-    (:func:`confide.backends.vllm.topk_statistics`, see the module's notes). None
-    when some step has no alternative of non-zero probability; an empty array for
-    no steps.
+    apart a sampled token listed beyond them; the bound is the one every path uses
+    (:func:`confide.backends.topk.entropy_lower_bounds`, see the module's notes). None
+    when some step has no alternative of non-zero probability; an empty array for no
+    steps.
     """
-    values = []
-    widths = set()
-    for step in steps:
-        top, known = step.ranked()
-        finite = [v for _, v in top if v > -math.inf]
-        if not finite:
-            return None, {}
-        values.append(_lower_bound(finite, known))
-        widths.add(len(finite))
-    if not widths:
-        return np.zeros(0, dtype=np.float32), {}
-    lo, hi = min(widths), max(widths)
-    shown = str(lo) if lo == hi else f"{lo} to {hi}"
-    return np.asarray(values, dtype=np.float32), {
-        "token_entropies": f"lower bounds from the top {shown} log-probabilities of each token"}
-
-
-def _lower_bound(top: list[float], known: list[float]) -> float:
-    r""":func:`~confide.backends.vllm.topk_statistics`' lower entropy bound of one step, in
-    plain Python: a step has a handful of values, for which numpy's per-call cost was
-    most of a log's reading time (``benchmarks/import_speed.py``). With :math:`S` the
-    top-k and ``known``, :math:`R = \max(0, 1 - \sum_S p_i)` and :math:`p_{(k)}` the
-    least of the top-k: :math:`H \ge -\sum_S p_i \log p_i + R\,(-\log p_{(k)})`."""
-    seen = 0.0
-    mass = 0.0
-    for value in itertools.chain(top, known):
-        p = math.exp(value)
-        mass += p
-        seen -= p * value
-    tail = 1.0 - mass
-    return seen + tail * -min(top) if tail > 0.0 else seen
+    ranked = (step.ranked() for step in steps)
+    return entropy_lower_bounds(([v for _, v in top], known) for top, known in ranked)
 
 
 def capabilities_of(greedy: Generation, samples: list[Generation]) -> frozenset[str]:

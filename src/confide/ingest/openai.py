@@ -52,7 +52,9 @@ Each choice is read by the ``openai`` backend's own reader,
 reply gives the generation the backend would have made of it (the same text,
 tokens and alternatives). Before that every log-probability is checked here (a
 number, finite, :math:`\\le 0`; the error names the field), and after it the
-entropy bounds are added.
+entropy bounds are added by the backend's own rule too
+(:func:`confide.backends.topk.topk_entropies`), so a logged reply holds the
+statistics the backend gave when it made it.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ import math
 from typing import Any
 
 from confide.backends.openai_logprobs import MalformedResponse, generation_from_choice
+from confide.backends.topk import topk_entropies
 from confide.core.records import Generation, Item
 from confide.ingest.common import (
     FORMATS,
@@ -68,10 +71,8 @@ from confide.ingest.common import (
     Context,
     Imported,
     LogFormat,
-    Step,
     capabilities_of,
     check_logprob,
-    entropy_bounds,
     get_list,
     item_id,
     label_from,
@@ -221,18 +222,6 @@ def _check_legacy(lp: dict[str, Any], where: str) -> None:
             check_logprob(value, f"{where}.top_logprobs[{t}][{key!r}]")
 
 
-def _steps_of(gen: Generation) -> list[Step]:
-    """The kept tokens as steps; a sampled token may be listed beyond the top-k."""
-    if gen.token_logprobs is None or gen.top_logprobs is None or gen.top_tokens is None:
-        return []
-    # One .tolist() per array: iterating numpy scalars was most of this function's time.
-    return [Step(token, lp, sorted(zip(tops, values, strict=True), key=lambda tv: -tv[1]),
-                 extra_possible=True)
-            for token, lp, tops, values in zip(gen.tokens, gen.token_logprobs.tolist(),
-                                               gen.top_tokens, gen.top_logprobs.tolist(),
-                                               strict=True)]
-
-
 def _choice(choice: Any, where: str, ctx: Context) -> tuple[Generation, dict[str, str]]:
     if not isinstance(choice, dict):
         raise BadField(where, "a choice must be an object")
@@ -257,8 +246,8 @@ def _choice(choice: Any, where: str, ctx: Context) -> tuple[Generation, dict[str
     if not gen.tokens and gen.text:  # an empty token list with an answer: no statistics
         gen.tokens, gen.token_logprobs, gen.top_logprobs, gen.top_tokens = [], None, None, None
     notes: dict[str, str] = {}
-    if ctx.entropy_bounds and gen.top_logprobs is not None:
-        gen.token_entropies, notes = entropy_bounds(_steps_of(gen))
+    if ctx.entropy_bounds and gen.top_logprobs is not None:  # as the openai backend does
+        gen.token_entropies, notes = topk_entropies(gen)
     return gen, notes
 
 

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from confide.backends.topk import contiguous_ranks
 from confide.core.records import Generation, Item
 from confide.ingest.common import (
     FORMATS,
@@ -115,14 +116,12 @@ def _step(entries: Any, chosen: int, where: str) -> tuple[Step, bool]:
         piece = parsed[tid][2]
         return piece if piece is not None else str(tid)
 
-    ranked = all(r is not None for _, r, _ in parsed.values())
-    if ranked:
-        order = sorted(parsed, key=lambda tid: (parsed[tid][1], -parsed[tid][0]))
-        top_ids = []
-        for position, tid in enumerate(order, start=1):
-            if parsed[tid][1] != position:
-                break  # past the contiguous top-K: the sampled token vLLM adds
-            top_ids.append(tid)
+    listed = list(parsed)
+    # past the contiguous top-K: the sampled token vLLM adds (the vllm backend's rule)
+    at = contiguous_ranks([parsed[tid][1] for tid in listed])
+    ranked = at is not None
+    if at is not None:
+        top_ids = [listed[i] for i in at]
     else:
         top_ids = sorted(parsed, key=lambda tid: -parsed[tid][0])
     top = [(text(tid), parsed[tid][0]) for tid in top_ids]

@@ -5,6 +5,7 @@ See :mod:`confide.learned` for the kinds and the cross-fitting rule.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 from collections.abc import Sequence
@@ -67,7 +68,9 @@ def fit(records: Sequence[Record], *, kind: Kind, grader: str, model: dict[str, 
     model : the backend identity of the run (``RunStore.get_meta("backend")``).
     layer : a hidden key such as ``"8:mean"``, a layer alone (``"8"``, mean
         pooling), or ``"best"`` (every stored key, chosen by cross-validation).
-    scorers : the combiner's inputs (default: every score in the records).
+    scorers : the combiner's inputs (default: every score in the records, less those no
+        record has a value for, which ``report["left_out"]`` names with why; a named
+        scorer without a value on any record is an error).
     n_folds : folds for cross-fitting and selection (at most the smaller class).
     seed : seeds folds and trees.
     run : the training run's :func:`run_digest` (lets :meth:`Learned.apply`
@@ -99,13 +102,21 @@ def fit(records: Sequence[Record], *, kind: Kind, grader: str, model: dict[str, 
 
     views: dict[str, np.ndarray] = {}
     features: list[str]
+    left_out: dict[str, str] = {}
     if kind == "combiner":
         names = list(scorers) if scorers else sorted({n for r in graded for n in r.scores})
         if not names:
             raise InvalidInputError("the records hold no scores to combine", field="scorers")
         x, _ = feature_matrix(kind, None, names, graded)
         all_nan = [n for j, n in enumerate(names) if np.isnan(x[:, j]).all()]
-        if all_nan:
+        if all_nan and not scorers:  # the default, every scorer: leave these out, say so
+            left_out = {n: _no_value_reason(n, graded) for n in all_nan}
+            names = [n for n in names if n not in left_out]
+            if not names:
+                raise InvalidInputError("no scorer has a value on any graded record "
+                                        f"({', '.join(all_nan)})", field="scorers")
+            x, _ = feature_matrix(kind, None, names, graded)
+        elif all_nan:
             raise InvalidInputError(f"no record has a value for {', '.join(all_nan)}",
                                     field="scorers")
         rows, cols = np.nonzero(np.isinf(x))
@@ -158,6 +169,10 @@ def fit(records: Sequence[Record], *, kind: Kind, grader: str, model: dict[str, 
     report: dict[str, Any] = {"oof_auroc": auroc(oof, y), "chosen": candidate_label(chosen),
                               "selection_auroc": table, "n": int(y.size),
                               "n_correct": int(y.sum())}
+    if left_out:
+        report["left_out"] = left_out
+        report["notes"] = [f"left out {', '.join(left_out)}: no graded record has a value "
+                           "for it (the default takes every scorer; name --scorers to choose)"]
     report.update(_explain(kind, params, features, views[best_view], y, seed))
     chosen_layer = None if kind == "combiner" else best_view
     return Learned(kind=kind, name=name or kind, model=dict(model), layer=chosen_layer,
@@ -167,6 +182,16 @@ def fit(records: Sequence[Record], *, kind: Kind, grader: str, model: dict[str, 
                              "seed": seed},
                    oof={r.item.id: float(s) for r, s in zip(graded, oof, strict=True)},
                    report=json_safe(report))
+
+
+def _no_value_reason(name: str, records: Sequence[Record]) -> str:
+    """Why ``name`` has no value: the reason most records give, else that none has it."""
+    reasons = collections.Counter(r.score_errors[name] for r in records
+                                  if name in r.score_errors)
+    if not reasons:
+        return "no record has a value"
+    reason, count = reasons.most_common(1)[0]
+    return f"no record has a value ({count} of {len(records)}: {reason})"
 
 
 def _explain(kind: str, params: dict[str, Any], features: list[str], x: np.ndarray,

@@ -97,7 +97,8 @@ def prr_score(confidence: ArrayLike, correct: ArrayLike, *, nan_policy: NanPolic
     :math:`K = \lfloor r_{\max} n \rfloor` (at most ``n - 1``); let :math:`q(k)`
     be the mean quality of the :math:`n - k` retained items and
     :math:`A = \frac{1}{K+1}\sum_{k=0}^{K} q(k)` the (discrete) area under
-    the curve, divided by its width. Then
+    the curve, divided by its width: both ends counted, no rejection and
+    :math:`K` rejections. Then
 
     .. math::
 
@@ -128,6 +129,27 @@ def prr_score(confidence: ArrayLike, correct: ArrayLike, *, nan_policy: NanPolic
     is replaced by its tie group's mean. Undefined (warning, NaN) when quality
     is constant or :math:`K < 1`.
 
+    This is confide's estimator, not LM-Polygraph's. Polygraph's
+    ``PredictionRejectionArea(max_rejection=r)`` (the ``prr_0.5`` of its
+    benchmark) averages over :math:`k = 0 .. K - 1` only, leaving out the last
+    rejection:
+
+    .. math:: A_{\text{Polygraph}} = \frac{1}{K}\sum_{k=0}^{K-1} q(k),
+              \qquad K = \lfloor r n \rfloor,
+
+    takes the random area as the mean over 1000 seeded random orders (whose
+    expectation is :math:`\bar y`, used here exactly), min–max scales the
+    quality first (no change for 0/1 correctness) and breaks ties by the order
+    of ``np.argsort``. Without ties its figure at ``r`` is therefore this
+    function's at ``max_rejection = (⌊rn⌋ − 1)/n`` up to its Monte-Carlo
+    random baseline, and the two agree at ``r = 1`` (both average
+    :math:`k = 0 .. n-1`). They can differ a lot on small sets: in the first
+    example below (n = 4, r = 0.5) Polygraph averages :math:`q(0), q(1)` and
+    gives 1.0, where this function, which also counts the second rejection (a
+    right answer withheld), gives 0.25 (``tests/test_metrics.py``). Tables
+    report this estimator; do not put its figures beside Polygraph's as the
+    same number.
+
     References
     ----------
     [1] A. Malinin, M. Gales (2021). Uncertainty Estimation in Autoregressive
@@ -137,6 +159,10 @@ def prr_score(confidence: ArrayLike, correct: ArrayLike, *, nan_policy: NanPolic
 
     Examples
     --------
+    >>> round(prr_score([0.2, 0.9, 0.5, 0.7], [0, 1, 1, 0]), 4)  # Polygraph: 1.0
+    0.25
+    >>> round(prr_score([0.2, 0.9, 0.5, 0.7], [0, 1, 1, 0], max_rejection=0.25), 4)
+    1.0
     >>> prr_score([0.9, 0.2, 0.6, 0.4], [1, 0, 1, 1])
     1.0
     >>> round(prr_score([0.9, 0.2, 0.6, 0.4], [0, 1, 1, 1]), 4)

@@ -111,8 +111,11 @@ class ScorerPlan:
     """Which of a run's scorers a record of given capabilities feeds, and why the others
     give NaN: worked out once per kind of record and looked up after that.
 
-    A scorer of the samples reads what every answer holds; the others what the greedy
-    answer holds.
+    The rule is per statistic: a token statistic a scorer reads from the samples
+    (:attr:`ScorerSpec.sample_statistics <confide.scorers.ScorerSpec.sample_statistics>`)
+    must be held by every answer, any other need by the greedy answer. So ``cocoa``, which
+    weighs the greedy answer's log-probabilities by its agreement with the samples' texts,
+    runs on samples that are plain text.
     """
 
     def __init__(self, specs: Sequence[ScorerSpec], *, imported: bool = False) -> None:
@@ -131,11 +134,14 @@ class ScorerPlan:
             greedy, every = caps
             found = []
             for spec in self.specs:
-                have = every if Need.SAMPLES in spec.needs else greedy
-                missing = sorted(n.value for n in spec.needs
-                                 if n not in have and n is not Need.TRAINING)
-                found.append((spec, None if not missing else
-                              f"this record has no {', '.join(missing)}{self._source}"))
+                absent = sorted(n.value for n in spec.needs
+                                if n not in greedy and n is not Need.TRAINING)
+                unsampled = sorted(n.value for n in spec.sample_statistics
+                                   if n in greedy and n not in every)
+                why = [f"this record has no {', '.join(absent)}"] if absent else []
+                if unsampled:
+                    why.append(f"not every sample has {', '.join(unsampled)}")
+                found.append((spec, "; ".join(why) + self._source if why else None))
             self._cache[caps] = found
         return found
 

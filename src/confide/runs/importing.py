@@ -210,6 +210,10 @@ def _unfed_reason(spec: ScorerSpec, seen: set[str]) -> str:
     missing = sorted(n.value for n in spec.needs if n.value not in seen)
     if missing:
         return f"imported generations: no {', '.join(missing)} in the file"
+    sampled = sorted(n.value for n in spec.sample_statistics)
+    if sampled:  # read from every sample (ScorerSpec.sample_statistics)
+        return (f"imported generations: no record has {', '.join(sampled)} on every sample "
+                "(samples of plain text feed only the scorers that read their texts)")
     together = " and ".join(sorted(n.value for n in spec.needs))
     return f"imported generations: no record has {together} together"
 

@@ -123,7 +123,9 @@ def llm_judge(record: Record, ctx: ScoringContext) -> float:
 
     UQLM's ``true_false_uncertain`` template and keyword reading
     (:func:`parse_categorical`); one greedy reply of at most 8 tokens from the
-    first judge backend (the run's model unless ``judge_backends`` is set).
+    first judge backend (the run's model unless ``judge_backends`` is set). A
+    verdict coded in [0, 1], not a stated probability: the table gives it no raw
+    calibration (``probability`` is False).
 
     References: [1] Bouchard & Chauhan, 2025, UQLM, TMLR (LLM-as-a-judge
     scorers); [2] Zheng et al., 2023, "Judging LLM-as-a-Judge with MT-Bench
@@ -132,7 +134,8 @@ def llm_judge(record: Record, ctx: ScoringContext) -> float:
     return _judge_reply(_backends(ctx)[0], record, ctx, "categorical")
 
 
-@scorer("llm_judge_continuous", needs={Need.EXTRA_PROMPT}, cost=Cost.MODEL_CALLS)
+@scorer("llm_judge_continuous", needs={Need.EXTRA_PROMPT}, cost=Cost.MODEL_CALLS,
+        probability=True)
 def llm_judge_continuous(record: Record, ctx: ScoringContext) -> float:
     r"""Continuous LLM-as-a-judge: the judge's 0–100 rating of the answer's correctness, over 100.
 
@@ -142,7 +145,8 @@ def llm_judge_continuous(record: Record, ctx: ScoringContext) -> float:
     UQLM's ``continuous`` template. The reply is read by
     :func:`~confide.scorers.reflexive.parse_confidence`; UQLM instead joins
     every digit of the reply into one number (so "7 out of 10" reads 0.71
-    there, 0.7 here).
+    there, 0.7 here). The judge is asked how likely the answer is correct, so
+    the value is a stated P(correct) and the table shows its raw calibration.
 
     References: [1] Bouchard & Chauhan, 2025, UQLM, TMLR.
     """
@@ -158,7 +162,9 @@ def judge_panel(record: Record, ctx: ScoringContext) -> float:
     over the judges :math:`m` (``ctx.judge_backends``, default the
     run's model) and templates :math:`\tau \in` {categorical, continuous};
     a member whose reply cannot be read is left out (all unreadable:
-    :class:`CannotScore`). UQLM's ``LLMPanel`` "avg" aggregate.
+    :class:`CannotScore`). UQLM's ``LLMPanel`` "avg" aggregate. It averages
+    categorical verdicts with stated probabilities, so it is no probability of
+    being correct: the table gives it no raw calibration.
 
     References: [1] Bouchard & Chauhan, 2025, UQLM, TMLR (LLMPanel);
     [2] Verga et al., 2024, "Replacing Judges with Juries: Evaluating LLM
@@ -197,7 +203,8 @@ def p_true_sampling_prompt(item: Item, answer: str, ideas: list[str], *, chat: b
 
 
 @scorer("p_true_sampling", needs={Need.SAMPLES, Need.EXTRA_PROMPT, Need.TOP_LOGPROBS},
-        cost=Cost.MODEL_CALLS, n_samples=5)
+        cost=Cost.MODEL_CALLS, n_samples=5, sample_needs=(),  # the samples' texts only
+        probability=True)
 def p_true_sampling(record: Record, ctx: ScoringContext) -> float:
     r"""P(True) with the sampled answers in the prompt as brainstormed ideas.
 
@@ -230,7 +237,8 @@ def p_true_sampling(record: Record, ctx: ScoringContext) -> float:
         raise CannotScore(f"p_true_sampling: {exc.reason}") from exc
 
 
-@scorer("p_true_empirical", needs={Need.EXTRA_PROMPT}, cost=Cost.MODEL_CALLS)
+@scorer("p_true_empirical", needs={Need.EXTRA_PROMPT}, cost=Cost.MODEL_CALLS,
+        probability=True)
 def p_true_empirical(record: Record, ctx: ScoringContext) -> float:
     r"""Empirical P(True): the share of sampled one-token replies that say True.
 
@@ -277,7 +285,9 @@ def bsdetector(record: Record, ctx: ScoringContext) -> float:
     :math:`\beta = 0.7`. UQLM's BSDetector ensemble uses weights 0.56, 0.14,
     0.3 on (non-contradiction, exact match, self-reflection), the same
     numbers; its non-contradiction is :math:`1 - p_{\text{contra}}` of an NLI
-    model where confide uses the judge's affinity.
+    model where confide uses the judge's affinity. A weighted sum of a similarity,
+    a match rate and a verdict, not a probability of being correct: the table
+    gives it no raw calibration.
 
     References: [1] Chen & Mueller, 2024, "Quantifying Uncertainty in Answers
     from any Language Model and Enhancing their Trustworthiness", ACL

@@ -44,7 +44,7 @@ from enum import Enum
 from typing import Literal, TypeVar, overload
 
 from confide.core.errors import CannotScore, UnknownNameError
-from confide.core.needs import Need
+from confide.core.needs import TOKEN_STATISTICS, Need
 from confide.core.records import Claim, Record
 from confide.core.registry import Registry
 from confide.scorers.context import ScoringContext
@@ -77,9 +77,20 @@ class ScorerSpec:
     ``level``: ``"answer"`` (``fn(record)`` or ``fn(record, ctx)``, one float) or
     ``"claim"`` (``fn(record, claims, ctx)``, one float or ``CannotScore`` per
     claim). ``n_samples``: the sampled answers it wants (0: none).
-    ``probability``: its values are probabilities in [0, 1], so "the share at
-    or above 1/2" means something (:func:`~confide.scorers.claims.aggregate_claims`).
+    ``probability``: its values are probabilities in [0, 1] *of being correct*
+    (P(True), a stated confidence, a fitted P(correct), the share of samples that
+    agree with the answer), so its raw calibration (ECE, Brier score and the
+    reliability diagram of the values as they are,
+    :func:`confide.evaluation.table.evaluate_records`) and "the share at or above
+    1/2" (:func:`~confide.scorers.claims.aggregate_claims`) mean something. A score
+    that merely lies in [0, 1] (a similarity, a margin, a token probability, a
+    density) is not one.
     ``summary``: the first line of its docstring.
+    ``sample_needs``: the token statistics it reads from the *samples* (the rest of its
+    token statistics it reads from the greedy answer alone). None (the default) means
+    every token statistic it needs, for a scorer that needs samples, and none otherwise
+    (:attr:`sample_statistics`); the scorer plan checks these on every sample and the
+    others on the greedy answer (:class:`~confide.pipeline.scorer_plan.ScorerPlan`).
     """
 
     name: str
@@ -91,6 +102,16 @@ class ScorerSpec:
     summary: str = ""
     level: Level = "answer"
     probability: bool = False
+    sample_needs: frozenset[Need] | None = None
+
+    @property
+    def sample_statistics(self) -> frozenset[Need]:
+        """The token statistics this scorer reads from every sample (see ``sample_needs``)."""
+        if Need.SAMPLES not in self.needs:
+            return frozenset()
+        if self.sample_needs is None:
+            return frozenset(self.needs & set(TOKEN_STATISTICS))
+        return self.sample_needs
 
     @property
     def family(self) -> str:
@@ -106,26 +127,35 @@ F = TypeVar("F", bound=Callable[..., object])  # a decorated scorer keeps its ty
 
 
 def scorer(name: str, *, level: Level = "answer", needs: Iterable[Need] = (),
-           cost: Cost = Cost.FREE, n_samples: int = 0, probability: bool = False
-           ) -> Callable[[F], F]:
+           cost: Cost = Cost.FREE, n_samples: int = 0, probability: bool = False,
+           sample_needs: Iterable[Need] | None = None) -> Callable[[F], F]:
     """Register ``fn`` as scorer ``name`` of ``level``.
 
     An answer-level ``fn`` is ``fn(record)`` or ``fn(record, ctx)``; a
-    claim-level one is ``fn(record, claims, ctx)``. A duplicate name raises
-    ``ValueError``, as does an unknown level or a claim scorer of another shape.
+    claim-level one is ``fn(record, claims, ctx)``. ``sample_needs``: the token
+    statistics among ``needs`` it reads from the samples (default: all of them, when it
+    needs samples; see :class:`ScorerSpec`). A duplicate name raises ``ValueError``, as
+    does an unknown level, a claim scorer of another shape or a ``sample_needs`` that is
+    not token statistics the scorer needs.
     """
     if level not in LEVELS:
         raise ValueError(f"scorer {name!r}: level must be one of {LEVELS}, not {level!r}")
+    needs = frozenset(needs)
+    from_samples = None if sample_needs is None else frozenset(sample_needs)
+    if from_samples is not None and not from_samples <= needs & set(TOKEN_STATISTICS):
+        raise ValueError(f"scorer {name!r}: sample_needs must be token statistics among its "
+                         "needs")
 
     def decorate(fn: F) -> F:
         n_params = len(inspect.signature(fn).parameters)
         if level == "claim" and n_params != 3:
             raise ValueError(f"claim scorer {name!r} must take (record, claims, ctx)")
         doc = inspect.getdoc(fn) or ""
-        SCORERS.add(name, ScorerSpec(name=name, fn=fn, needs=frozenset(needs), cost=cost,
+        SCORERS.add(name, ScorerSpec(name=name, fn=fn, needs=needs, cost=cost,
                                      n_samples=n_samples, takes_context=n_params >= 2,
                                      summary=doc.splitlines()[0] if doc else "",
-                                     level=level, probability=probability))
+                                     level=level, probability=probability,
+                                     sample_needs=from_samples))
         return fn
 
     return decorate

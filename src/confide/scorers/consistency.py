@@ -21,11 +21,11 @@ from confide.core.records import Generation, Record
 from confide.scorers.base import Cost, Need, ScoringContext, scorer
 from confide.scorers.features import (
     affinity,
+    agreement_logprobs,
     answers,
     clusters,
     embeddings,
     require_samples,
-    sample_logprobs,
 )
 from confide.scorers.relevance import SAR_TEMPERATURE
 from confide.text.embeddings import embed_tokens
@@ -78,9 +78,13 @@ def cocoa_confidence(record: Record, ctx: ScoringContext, uncertainty: float) ->
 
 
 _COCOA_NEEDS = {Need.SAMPLES, Need.TOKEN_LOGPROBS}
+# The scorers that read the samples' texts only (their token statistics are the greedy
+# answer's): the scorer plan feeds them samples that are plain text.
+_TEXT_ONLY: frozenset[Need] = frozenset()
 
 
-@scorer("cocoa", needs=_COCOA_NEEDS, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES)
+@scorer("cocoa", needs=_COCOA_NEEDS, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES,
+        sample_needs=_TEXT_ONLY)
 def cocoa(record: Record, ctx: ScoringContext) -> float:
     r"""Negated CoCoA-MSP: the greedy answer's uncertainty times its inconsistency.
 
@@ -100,7 +104,8 @@ def cocoa(record: Record, ctx: ScoringContext) -> float:
     return cocoa_confidence(record, ctx, u)
 
 
-@scorer("cocoa_ppl", needs=_COCOA_NEEDS, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES)
+@scorer("cocoa_ppl", needs=_COCOA_NEEDS, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES,
+        sample_needs=_TEXT_ONLY)
 def cocoa_ppl(record: Record, ctx: ScoringContext) -> float:
     r"""Negated CoCoA-PPL: log-perplexity of the greedy answer times its inconsistency.
 
@@ -120,7 +125,7 @@ def cocoa_ppl(record: Record, ctx: ScoringContext) -> float:
 
 
 @scorer("cocoa_mte", needs={Need.SAMPLES, Need.TOKEN_ENTROPIES}, cost=Cost.SAMPLES,
-        n_samples=DEFAULT_SAMPLES)
+        n_samples=DEFAULT_SAMPLES, sample_needs=_TEXT_ONLY)
 def cocoa_mte(record: Record, ctx: ScoringContext) -> float:
     r"""Negated CoCoA-MTE: mean token entropy of the greedy answer times its inconsistency.
 
@@ -149,9 +154,14 @@ def semantic_density(record: Record, ctx: ScoringContext) -> float:
         c = \frac{w(y^*) + \sum_{s \in U} w(s)\, K(y^*, s)}{w(y^*) + \sum_{s \in U} w(s)}
 
     :math:`U` are the distinct sample texts and :math:`K(y^*, s) = W_{y^*,s}`
-    the judge's affinity. In [0, 1]. A record whose samples all have
-    likelihood 0 (empty samples, see :func:`~confide.scorers.features.sample_logprobs`)
-    is refused: the greedy answer alone would read as certain.
+    the judge's affinity. In [0, 1]. An empty sample has affinity 0 to the greedy
+    answer and the mean likelihood of the non-empty samples (the greedy answer's when
+    every sample is empty; :func:`~confide.scorers.features.agreement_logprobs`), so
+    it counts against it: greedy "Paris" with 2 × "Paris" + 8 empty samples, all
+    tokens of one probability, gives :math:`c = 2/3` (the empty text is one distinct
+    answer, as any repeated text is), not the :math:`1` of 10 × "Paris". A record
+    whose samples all have likelihood 0 is refused: the greedy answer alone would
+    read as certain.
 
     LM-Polygraph's ``SemanticDensity`` uses the kernel :math:`1 -
     p_{\text{contra}} - p_{\text{neutral}}/2` of an NLI model (greedy →
@@ -163,7 +173,7 @@ def semantic_density(record: Record, ctx: ScoringContext) -> float:
     """
     samples = require_samples(record)
     greedy_lp = float(np.mean(_greedy_stat(record, "token_logprobs")))
-    logw = sample_logprobs(samples, normalize=True)
+    logw = agreement_logprobs(samples, normalize=True, fallback=greedy_lp)
     w = affinity(record, ctx)[0, 1:]
     first: dict[str, int] = {}
     for i, s in enumerate(samples):
@@ -194,8 +204,12 @@ def sentence_sar(record: Record, ctx: ScoringContext) -> float:
     with :math:`R_S(a, b) = \max(0, e(a)^\top e(b))` and :math:`t = 10^{-3}`.
     Unlike ``sar`` the likelihoods are the raw sequence probabilities, not
     TokenSAR-reweighted ones. Computed in log space (log-sum-exp), so long
-    samples do not underflow. Empty samples are left out (their probability,
-    that of the end-of-sequence token, is not recorded).
+    samples do not underflow. An empty sample is similar to no sample
+    (:math:`R_S = 0`) and has the mean log-likelihood of the non-empty samples
+    (:func:`~confide.scorers.features.agreement_logprobs`; its own, that of the
+    end-of-sequence token, is not recorded): a sample no other supports, so it counts
+    as disagreement, where leaving it out made 2 × "Paris" + 8 empty samples read as
+    2 × "Paris". A record whose samples are all empty is refused.
 
     Equals LM-Polygraph's ``SentenceSAR`` (negated) for the same similarity
     matrix; Polygraph's default similarity is a cross-encoder's, here the
@@ -207,12 +221,14 @@ def sentence_sar(record: Record, ctx: ScoringContext) -> float:
     """
     samples = require_samples(record)
     _require_answer(record)
-    keep = [i for i, s in enumerate(samples) if s.text.strip()]
-    if not keep:
+    empty = np.array([s.empty for s in samples], dtype=bool)
+    if empty.all():
         raise CannotScore("every sample is empty")
-    ll = sample_logprobs([samples[i] for i in keep], normalize=False)
-    e = embeddings(record, ctx, "answers", answers(record))[1:][keep]
+    ll = agreement_logprobs(samples, normalize=False)
+    e = embeddings(record, ctx, "answers", answers(record))[1:]
     sim = np.clip(e @ e.T, 0.0, 1.0)
+    sim[empty, :] = 0.0  # an empty sample is no answer: similar to none
+    sim[:, empty] = 0.0
     with np.errstate(divide="ignore"):
         log_sim = np.log(sim)
     np.fill_diagonal(log_sim, -np.inf)
@@ -309,7 +325,7 @@ def bertscore_consistency(record: Record, ctx: ScoringContext) -> float:
 
 
 @scorer("consistency_confidence", needs={Need.SAMPLES, Need.TOKEN_LOGPROBS},
-        cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES)
+        cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES, sample_needs=_TEXT_ONLY)
 def consistency_confidence(record: Record, ctx: ScoringContext) -> float:
     r"""Cosine consistency with the samples times the greedy answer's length-normalised probability.
 

@@ -14,9 +14,14 @@ clustered alone and the greedy answer is then placed among their clusters
 changes the samples' clusters.
 
 Empty answers: an answer with no text is no answer. The judge never finds it
-equivalent to anything (:mod:`confide.equivalence.judges`), and its likelihood is 0
-(log-likelihood :math:`-\infty`, :func:`sample_logprobs`), the rule voting
-uses too (:func:`confide.decisions.voting.sample_confidences`).
+equivalent to anything (:mod:`confide.equivalence.judges`), so an empty sample is a
+cluster of its own: **disagreement**, in every scorer. Its own likelihood is not
+recorded (its only token, the end of sequence, is not part of any answer), so
+:func:`sample_logprobs` gives it :math:`-\infty`, which the Monte-Carlo entropies refuse
+and voting reads as "never the winner" (:func:`confide.decisions.voting.sample_confidences`);
+the scorers that weigh agreement by likelihood use :func:`agreement_logprobs`, which
+gives it the typical likelihood of the record's samples instead, so that it keeps the
+mass a disagreeing sample has and never drops out of the sum.
 """
 
 from __future__ import annotations
@@ -31,8 +36,8 @@ from confide.equivalence.judges import ExactJudge, Judge
 from confide.scorers.context import ScoringContext
 from confide.text import embed_texts
 
-__all__ = ["affinity", "answers", "clusters", "embeddings", "judge_of", "require_samples",
-           "sample_logprobs"]
+__all__ = ["affinity", "agreement_logprobs", "answers", "clusters", "embeddings", "judge_of",
+           "require_samples", "sample_logprobs"]
 
 
 def judge_of(ctx: ScoringContext) -> Judge:
@@ -111,3 +116,52 @@ def sample_logprobs(samples: Sequence[Generation], *, normalize: bool) -> np.nda
         else:
             out[i] = lp.mean() if normalize else lp.sum()
     return out
+
+
+def agreement_logprobs(samples: Sequence[Generation], *, normalize: bool,
+                       fallback: float | None = None) -> np.ndarray:
+    r"""Log-likelihood of each sample for the scorers that weigh agreement by likelihood,
+    an empty sample given the mean of the others' rather than :math:`-\infty`.
+
+    .. math:: \ell(s_e) = \frac{1}{|N|}\sum_{i \in N} \ell(s_i)
+
+    for an empty :math:`s_e`, with :math:`N` the samples that are not empty and of
+    positive likelihood, and :math:`\ell` the sum or (``normalize``) the mean of the
+    token log-probabilities, as in :func:`sample_logprobs`. When no sample is in
+    :math:`N` an empty one gets ``fallback`` (the greedy answer's :math:`\ell`, or any
+    constant where only ratios between samples matter); None then raises
+    :class:`CannotScore`.
+
+    Why: an empty sample is an answer the model gave, equivalent to no other
+    (:mod:`confide.equivalence.judges`), so it must count as disagreement; at
+    :math:`-\infty` it had no mass and dropped out, and 2 × "Paris" + 8 empty samples
+    scored like 10 × "Paris". The papers keep it with a finite likelihood: Farquhar et
+    al.'s code (``semantic_uncertainty``, ``huggingface_models.py``) gives an answer of
+    stop words alone the stop word's log-likelihood, and LM-Polygraph's samples keep
+    their end-of-sequence token, so in both an empty answer has the likelihood of its
+    end-of-sequence token and, judged equivalent to nothing, a cluster of its own. That
+    token's probability is not recorded here (no answer carries it), so the empty
+    sample gets the typical likelihood of what the model sampled for this prompt. The
+    mean of log-likelihoods is at most the log of the mean likelihood (Jensen), so an
+    empty sample never weighs more than an average sample: it counts as one
+    disagreeing draw, no more.
+
+    >>> a = Generation("Paris", tokens=["Paris"], token_logprobs=np.array([-0.5]))
+    >>> b = Generation("Lyon", tokens=["Ly", "on"], token_logprobs=np.array([-1.0, -2.0]))
+    >>> e = Generation("", token_logprobs=np.zeros(0))
+    >>> agreement_logprobs([a, b, e], normalize=True).tolist()
+    [-0.5, -1.5, -1.0]
+    """
+    logp = sample_logprobs(samples, normalize=normalize)
+    empty = np.array([s.empty or s.token_logprobs is None or len(s.token_logprobs) == 0
+                      for s in samples], dtype=np.bool_)
+    measured = logp[np.logical_and(np.logical_not(empty), np.isfinite(logp))]
+    if not empty.any():
+        return logp
+    if measured.size:
+        typical = float(measured.mean())
+    elif fallback is not None and np.isfinite(fallback):
+        typical = float(fallback)
+    else:
+        raise CannotScore("no sample has a positive likelihood to weigh an empty one by")
+    return np.where(empty, typical, logp)

@@ -48,7 +48,7 @@ def _apply(kind: str, record: Record, ctx: ScoringContext) -> float:
     return model.confidence(record, ctx)
 
 
-@scorer("probe", needs=_HIDDEN)
+@scorer("probe", needs=_HIDDEN, probability=True)
 def probe(record: Record, ctx: ScoringContext) -> float:
     r"""Hidden-state probe: a logistic regression's P(correct) from one pooled hidden state.
 
@@ -65,7 +65,7 @@ def probe(record: Record, ctx: ScoringContext) -> float:
 
 
 @scorer("lens", needs=_HIDDEN | {Need.TOKEN_LOGPROBS, Need.TOKEN_ENTROPIES,
-                                 Need.TOKEN_KL_UNIFORM})
+                                 Need.TOKEN_KL_UNIFORM}, probability=True)
 def lens(record: Record, ctx: ScoringContext) -> float:
     r"""Lens probe: a probe on the hidden state plus the answer's token-probability features.
 
@@ -81,7 +81,7 @@ def lens(record: Record, ctx: ScoringContext) -> float:
     return _apply("lens", record, ctx)
 
 
-@scorer("combiner", needs={Need.TRAINING})
+@scorer("combiner", needs={Need.TRAINING}, probability=True)
 def combiner(record: Record, ctx: ScoringContext) -> float:
     r"""Combiner: a model of P(correct) fitted over other scorers' outputs.
 

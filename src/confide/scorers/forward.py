@@ -129,8 +129,11 @@ def pmi(record: Record, ctx: ScoringContext) -> float:
     model would give to no question at all scores low. :math:`n` is the
     backend's neutral prompt in the form the answer's own prompt took (chat
     messages: the template around an empty user message; a completion prompt
-    such as TriviaQA's k-shot text: the start token), so every token, the
-    first included, has an unconditioned probability. Cost: one forward pass over
+    such as TriviaQA's k-shot text: the empty text as the tokenizer encodes a text
+    prompt, its start token where it adds one, else a newline, never a chat-role
+    marker such as SmolLM2's ``<|im_start|>``:
+    :meth:`~confide.backends.hf.passes.ExtraPasses.neutral_prompt`), so every
+    token, the first included, has an unconditioned probability. Cost: one forward pass over
     neutral prompt + answer per record.
 
     LM-Polygraph's ``MeanPointwiseMutualInformation`` returns :math:`-c`
@@ -142,8 +145,9 @@ def pmi(record: Record, ctx: ScoringContext) -> float:
     with :math:`u_0 = 0`, its value equals ours
     (``benchmarks/peers/polygraph.py``). On LM-Polygraph's own pipeline the
     shifted reading is confirmed (its u equals log p(y_j | y_<=j) of a pass
-    over the answer alone to 2.2e-5) and the two differ by up to 18
-    (``benchmarks/results/parity.md``).
+    over the answer alone to 2.2e-5) and the two differed by up to 18, measured
+    with the former neutral prompt ``<|im_start|>`` (``benchmarks/results/parity.md``;
+    not measured again since).
 
     References: [1] Takayama & Arase, 2019, "Relevant and Informative
     Response Generation using Pointwise Mutual Information", NLP4ConvAI
@@ -169,7 +173,8 @@ def cpmi(record: Record, ctx: ScoringContext) -> float:
     returns :math:`-c` without the first token's unconditioned term (see
     ``pmi``); fed the same inputs with :math:`u_0 = 0` the two are equal.
     On LM-Polygraph's own pipeline, with its shifted u (see ``pmi``), they
-    differ by up to 68 (``benchmarks/results/parity.md``).
+    differed by up to 68 with the former neutral prompt
+    (``benchmarks/results/parity.md``).
 
     References: [1] van der Poel, Cotterell & Meister, 2022, "Mutual
     Information Alleviates Hallucinations in Abstractive Summarization",

@@ -11,7 +11,9 @@ Methods that need the *whole* distribution at every step (Rényi and
 Fisher–Rao divergence to uniform at temperature 2) cannot be computed from the
 top-k alone: the ``hf`` backend computes their per-step columns while
 generating, and ``renyi_negentropy`` and ``fisher_rao`` in
-:mod:`confide.scorers.whitebox` read them.
+:mod:`confide.scorers.whitebox` read them. ``boostedprob`` reads the ``hf``
+backend's ``token_boosted_prob`` column where a record has it and applies its
+rule to the top-k otherwise.
 """
 
 from __future__ import annotations
@@ -22,15 +24,12 @@ import string
 import numpy as np
 
 from confide.core.errors import CannotScore
-from confide.core.records import Generation, Record
+from confide.core.records import BOOSTEDPROB_EPSILON, BOOSTEDPROB_JUMP, Generation, Record
 from confide.scorers.base import Cost, Need, ScoringContext, scorer
 from confide.scorers.features import judge_of
 
 __all__ = ["BOOSTEDPROB_EPSILON", "BOOSTEDPROB_JUMP", "boosted_token_probability",
            "dominant_cut", "token_alternatives"]
-
-BOOSTEDPROB_JUMP = 0.3      # p_jump of the "difference_jump" rule (boostedprob default)
-BOOSTEDPROB_EPSILON = 0.005  # smallest absolute drop counted as a jump (boostedprob default)
 
 _NEEDS_TOP = {Need.TOP_LOGPROBS}
 
@@ -43,8 +42,8 @@ def _top(gen: Generation, minimum: int = 1) -> np.ndarray:
     if top.ndim != 2 or top.shape[0] == 0:
         raise CannotScore("empty answer: no tokens to score")
     if top.shape[1] < minimum:
-        raise CannotScore(f"needs at least {minimum} alternatives per token, the record has "
-                          f"{top.shape[1]} (raise top_k_alternatives)")
+        raise CannotScore(f"needs at least {minimum} alternatives per token; the backend or "
+                          f"log listed {top.shape[1]}")
     if np.isnan(top).any():
         raise CannotScore("the top-k log-probabilities contain NaN")
     return -np.sort(-top, axis=1)
@@ -121,13 +120,16 @@ def dominant_cut(top_logprobs: np.ndarray, *, jump: float = BOOSTEDPROB_JUMP,
     The "difference_jump" rule of BoostedProb: with probabilities sorted
     :math:`q_1 \ge q_2 \ge \dots`, position :math:`i` is a cut when
     :math:`q_i - q_{i+1} > \max(\text{jump}\cdot q_i,\ \epsilon)`; the dominant
-    tokens are those up to the *last* cut. Beyond the listed :math:`k` tokens
-    only a token above :math:`\epsilon` can start a cut, so the cut is known
-    from the top-k when :math:`q_k \le \epsilon`; it is also known when the
-    unlisted mass :math:`r = 1 - \sum_{j \le k} q_j` is at most
-    :math:`\epsilon` and :math:`q_k - r` already makes a jump (then all listed
-    tokens are dominant). Otherwise :class:`CannotScore` says to list more
-    alternatives.
+    tokens are those up to the *last* cut (:data:`BOOSTEDPROB_JUMP` = 0.3,
+    :data:`BOOSTEDPROB_EPSILON` = 0.005, from :mod:`confide.core.records`).
+    Beyond the listed :math:`k` tokens only a token above :math:`\epsilon` can
+    start a cut, so the cut is known from the top-k when :math:`q_k \le
+    \epsilon`; it is also known when the unlisted mass :math:`r = 1 - \sum_{j
+    \le k} q_j` is at most :math:`\epsilon` and :math:`q_k - r` already makes a
+    jump (then all listed tokens are dominant). Otherwise it is
+    :class:`CannotScore`: the list is too short to tell (the ``hf`` backend
+    avoids this by applying the rule to the whole distribution while decoding,
+    :func:`confide.backends.hf.steps.boosted_probabilities`).
 
     >>> dominant_cut(np.log([0.5, 0.45, 0.004, 0.003]))
     1
@@ -144,8 +146,8 @@ def dominant_cut(top_logprobs: np.ndarray, *, jump: float = BOOSTEDPROB_JUMP,
     rest = max(0.0, 1.0 - float(q.sum()))
     if rest <= epsilon and last - min(last, rest) > max(jump * last, epsilon):
         return len(q) - 1
-    raise CannotScore("boostedprob: the dominant tokens reach beyond the listed top-k "
-                      "alternatives (raise top_k_alternatives)")
+    raise CannotScore(f"boostedprob: the dominant tokens may reach beyond the {len(q)} "
+                      f"listed alternatives (the last has p = {last:.3g} > {epsilon})")
 
 
 def boosted_token_probability(token_logprob: float, top_logprobs: np.ndarray) -> float:
@@ -170,31 +172,71 @@ def boosted_token_probability(token_logprob: float, top_logprobs: np.ndarray) ->
 def boostedprob(record: Record) -> float:
     r"""Mean BoostedProb of the answer tokens: probability boosted to its dominant cluster's mass.
 
-    .. math:: c = \frac{1}{T}\sum_{t=1}^{T} b_t
+    .. math:: c = \frac{1}{T}\sum_{t=1}^{T} b_t, \qquad
+              b_t = \begin{cases} \sum_{j \le \mathrm{cut}_t} q_{t,j}
+                  & p_t(y_t) \ge q_{t,\mathrm{cut}_t} \\
+                  p_t(y_t) & \text{otherwise} \end{cases}
 
-    with :math:`b_t` from :func:`boosted_token_probability` and the dominant
-    tokens from :func:`dominant_cut` (BoostedProb's default "difference_jump"
-    rule, jump 0.3, :math:`\epsilon = 0.005`). A token that several
-    near-equal candidates compete with is not penalised for the split: its
-    confidence is the mass of the whole dominant group. Equals LM-Polygraph's
-    ``BoostedProbSequence`` (negated) whenever the dominant set lies within the
-    stored top-k; a step where it may not is :class:`CannotScore` (raise
-    ``top_k_alternatives``) rather than a guess.
-    Parity with LM-Polygraph 0.7's own pipeline: |Δ| ≤ 2.1e-6 once its
-    answer's end token is removed, 0.44 with it (``benchmarks/results/parity.md``).
+    with :math:`q_{t,1} \ge q_{t,2} \ge \dots` the sorted next-token
+    probabilities of step :math:`t` and :math:`\mathrm{cut}_t` the last
+    position where :math:`q_{t,i} - q_{t,i+1} > \max(0.3\,q_{t,i},\ 0.005)`
+    (BoostedProb's default "difference_jump" rule; no such position: no token
+    is dominant). A token that several near-equal candidates compete with is
+    not penalised for the split: its confidence is the mass of the whole
+    dominant group. In [0, 1].
+
+    Where each :math:`b_t` comes from:
+
+    - the record's ``token_boosted_prob`` column when it has one: the ``hf``
+      backend applies the rule to the *whole* distribution of every step while
+      decoding (:func:`confide.backends.hf.steps.boosted_probabilities`), so
+      every answer it generates has a value;
+    - otherwise (imported logs, the ``openai`` and ``vllm`` backends) the rule on
+      the stored top-k (:func:`boosted_token_probability`,
+      :func:`dominant_cut`). That is exact whenever the :math:`k`-th listed
+      probability is at most 0.005; where a step's dominant group may reach past
+      the list, the answer is :class:`CannotScore`, never a guess. With the 10
+      alternatives a run keeps, that is most uncertain answers.
+
+    The needs stay the top-k's (``token_logprobs``, ``top_logprobs``), which
+    every ``hf`` record holds too, so an imported record is planned exactly as
+    before and the decoded column is read whenever it is there.
+
+    Equals LM-Polygraph's ``BoostedProbSequence`` (negated) on the same
+    distributions; parity with LM-Polygraph 0.7's own pipeline: |Δ| ≤ 2.1e-6
+    once its answer's end token is removed, 0.44 with it
+    (``benchmarks/results/parity.md``, measured when the ``hf`` path applied
+    the rule to a stored top-200). The decoded column equals that rule on the
+    same step's top-200 to float32 rounding (``.venv/bin/python -m pytest
+    tests/backends/test_hf_statistics.py -k boosted``).
 
     References: [1] Dinh & Niehues, 2025, "BoostedProb: Boosting Model
     Probabilities for Quality Estimation", EMNLP (aclanthology
     2025.emnlp-main.166).
     """
     gen = record.greedy
+    if gen.token_boosted_prob is not None:
+        boosted = np.asarray(gen.token_boosted_prob, dtype=np.float64)
+        if boosted.size == 0:
+            raise CannotScore("empty answer: no tokens to score")
+        if boosted.size != gen.n_tokens:
+            raise CannotScore("token_boosted_prob and the answer's tokens differ in length")
+        if np.isnan(boosted).any():
+            raise CannotScore("token_boosted_prob contains NaN")
+        return float(np.mean(boosted))
     top = _top(gen, 2)
     if gen.token_logprobs is None:
         raise CannotScore("the backend gave no token logprobs")
     chosen = np.asarray(gen.token_logprobs, dtype=np.float64)
     if chosen.size != top.shape[0]:
         raise CannotScore("token logprobs and top-k alternatives differ in length")
-    return float(np.mean([boosted_token_probability(lp, row) for lp, row in zip(chosen, top)]))
+    try:
+        return float(np.mean([boosted_token_probability(lp, row)
+                              for lp, row in zip(chosen, top)]))
+    except CannotScore as exc:
+        raise CannotScore(f"{exc.reason}; the record has no token_boosted_prob taken from the "
+                          "whole distribution (the hf backend computes it while decoding)"
+                          ) from exc
 
 
 # ---------------------------------------------------------------------------

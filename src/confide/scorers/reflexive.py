@@ -309,7 +309,8 @@ def _reply(record: Record, ctx: ScoringContext, prompt: Prompt, max_new_tokens: 
     return str(result.greedy.text)
 
 
-@scorer("p_true", needs={Need.EXTRA_PROMPT, Need.TOP_LOGPROBS}, cost=Cost.MODEL_CALLS)
+@scorer("p_true", needs={Need.EXTRA_PROMPT, Need.TOP_LOGPROBS}, cost=Cost.MODEL_CALLS,
+        probability=True)
 def p_true(record: Record, ctx: ScoringContext) -> float:
     r"""P(True): the probability the model gives "True" when asked if its answer is true.
 
@@ -353,7 +354,7 @@ def p_true(record: Record, ctx: ScoringContext) -> float:
         raise CannotScore(f"p_true: {exc.reason}") from exc
 
 
-@scorer("verbalized_2s", needs={Need.EXTRA_PROMPT}, cost=Cost.MODEL_CALLS)
+@scorer("verbalized_2s", needs={Need.EXTRA_PROMPT}, cost=Cost.MODEL_CALLS, probability=True)
 def verbalized_2s(record: Record, ctx: ScoringContext) -> float:
     r"""Verbalized confidence, two stages: after its answer, the model is asked how sure it is.
 
@@ -404,7 +405,7 @@ def _split_reply(reply: str) -> tuple[str, str]:
     return answer, part
 
 
-@scorer("verbalized_1s", needs={Need.EXTRA_PROMPT}, cost=Cost.MODEL_CALLS)
+@scorer("verbalized_1s", needs={Need.EXTRA_PROMPT}, cost=Cost.MODEL_CALLS, probability=True)
 def verbalized_1s(record: Record, ctx: ScoringContext) -> float:
     r"""Verbalized confidence, one stage: the model answers and states its confidence in one reply.
 

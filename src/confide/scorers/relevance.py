@@ -188,15 +188,28 @@ def sar(record: Record, ctx: ScoringContext) -> float:
     sample's TokenSAR is ``token_sar``'s, the removal texts of all samples
     embedded in one call; past :data:`RELEVANCE_WINDOW` tokens a token is
     removed from its sentence (:func:`removal_relevance`, which gives the
-    measured cost).
+    measured cost). An empty sample has no tokens to weigh: it is similar to no
+    sample and its :math:`\log p'` is the mean of the other samples'
+    (the rule of :func:`~confide.scorers.features.agreement_logprobs`), so it counts
+    as a sample no other supports; a record whose samples are all empty is refused.
 
     References: [1] Duan et al., 2024, "Shifting Attention to Relevance", ACL (SAR).
     """
     samples = require_samples(record, 2)
-    p = np.exp(-np.array(ctx.cached(record, "token_sar:samples",
-                                    lambda: _token_sar_values(record, samples))))
+    empty = np.array([s.empty for s in samples], dtype=bool)
+    if empty.all():
+        raise CannotScore("every sample is empty")
+    kept = [s for s, gone in zip(samples, empty, strict=True) if not gone]
+    log_p = np.empty(len(samples))
+    log_p[~empty] = -np.array(ctx.cached(record, "token_sar:samples",
+                                         lambda: _token_sar_values(record, kept)))
+    measured = log_p[~empty][np.isfinite(log_p[~empty])]
+    log_p[empty] = measured.mean() if measured.size else -np.inf  # the typical likelihood
+    p = np.exp(log_p)
     e = embeddings(record, ctx, "answers", answers(record))[1:]
     sim = np.clip(e @ e.T, 0.0, 1.0)
+    sim[empty, :] = 0.0  # an empty sample is no answer: similar to none
+    sim[:, empty] = 0.0
     np.fill_diagonal(sim, 0.0)
     shifted = p + (sim @ p) / SAR_TEMPERATURE
     return float(np.mean(np.log(shifted)))

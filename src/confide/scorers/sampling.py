@@ -91,10 +91,10 @@ def lexical_similarity(record: Record) -> float:
     rouge-score's ROUGE-L, which Porter-stems words and keeps only ASCII
     letters and digits; we compare unstemmed case-folded words and keep every
     letter (the ``rougeL`` grader's tokenizer), so "Beatles" and "Beatle"
-    differ here. On the bundled model the two differ by up to 4e-3 on
-    confide's samples (``benchmarks/peers/polygraph.py``) and by up to 0.015
-    on the samples of LM-Polygraph's own pipeline
-    (``benchmarks/results/parity.md``).
+    differ here. On the bundled model the two differ by up to 0.022 on
+    confide's samples (10 items, fed statistics) and by up to 0.015 on the
+    samples of LM-Polygraph's own pipeline (30 items)
+    (``benchmarks/peers/polygraph.py``, ``benchmarks/results/parity.md``).
 
     Cost: quadratic by definition, :math:`\binom{k}{2}` pairs, each a
     longest common subsequence of :math:`O(n m)` words. Measured on answers of

@@ -6,8 +6,10 @@ clusters the samples alone into :math:`C_1..C_m` and places the greedy answer
 among them (:math:`C(y^*)` is its cluster, possibly none of the samples'), and
 gives a symmetric affinity :math:`W \in [0,1]^{k \times k}` between samples,
 with :math:`W_{jj} = 1`. An empty sample is no answer: it is equivalent to
-nothing (its own cluster), has affinity 0 to every other sample and
-likelihood 0 (:mod:`confide.scorers.features`). Scorers of the sample distribution
+nothing (its own cluster), has affinity 0 to every other sample and, where
+likelihoods weigh the clusters, the typical likelihood of the record's samples
+(:func:`~confide.scorers.features.agreement_logprobs`), so it always counts as
+disagreement. Scorers of the sample distribution
 need at least two samples: one sample always forms one cluster, which would
 read as certain.
 Clusters and affinities come from :mod:`confide.scorers.features`, computed once per
@@ -25,9 +27,9 @@ from confide.core.records import Record
 from confide.scorers.base import Cost, Need, ScoringContext, scorer
 from confide.scorers.features import (
     affinity,
+    agreement_logprobs,
     clusters,
     require_samples,
-    sample_logprobs,
 )
 
 __all__ = ["ECC_EIGENVALUE_THRESHOLD", "KLE_TIME"]
@@ -49,15 +51,18 @@ def _entropy(p: np.ndarray) -> float:
     return float(-(p * np.log(p)).sum())
 
 
-@scorer("agreement", needs=_SAMPLED, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES)
+@scorer("agreement", needs=_SAMPLED, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES,
+        probability=True)
 def agreement(record: Record, ctx: ScoringContext) -> float:
     r"""Share of sampled answers equivalent to the greedy answer (its cluster frequency).
 
     .. math:: c = \frac{1}{k}\sum_{i=1}^{k} \mathbb{1}\big[s_i \in C(y^*)\big]
 
-    In [0, 1]; a probability-like confidence (see
-    :func:`semantic_calibration_error`). The samples are clustered
-    alone and the greedy answer placed among their clusters; needs two samples or more.
+    In [0, 1] and meant as the probability that the greedy answer is right (Xiong
+    et al. measure its calibration as such), so the table shows its raw calibration
+    (``probability=True``; see also :func:`semantic_calibration_error`). The samples
+    are clustered alone and the greedy answer placed among their clusters; needs two
+    samples or more.
 
     References: [1] Wang et al., 2023, "Self-Consistency Improves Chain of
     Thought Reasoning in Language Models", ICLR; [2] Xiong et al., 2024, "Can
@@ -124,9 +129,12 @@ def semantic_entropy_weighted(record: Record, ctx: ScoringContext) -> float:
     length-normalised sample likelihoods). E.g. with
     :math:`\log\tilde p = -0.1` for "Paris" and :math:`-0.56` for "Lyon",
     9+1, 5+5 and 1+9 samples give :math:`c = -0.242, -0.667, -0.422`. An
-    empty sample has :math:`\tilde p = 0` (no mass), and at least two samples
-    must have mass, so a record of one answer and empty samples is refused
-    rather than read as certain. LM-Polygraph's
+    empty sample is a cluster of its own whose :math:`\log\tilde p` is the mean of
+    the non-empty samples' (:func:`~confide.scorers.features.agreement_logprobs`: the
+    papers give it its end-of-sequence token's likelihood, which is not recorded), so
+    it counts as disagreement: 2 × "Paris" + 8 empty samples give
+    :math:`c = -2.163` (each sample a tenth of the mass), not the :math:`0` of 10 ×
+    "Paris". At least two samples must have positive likelihood. LM-Polygraph's
     ``SemanticEntropy`` (default ``mean`` estimation) instead averages the
     unnormalised cluster log-likelihoods over the samples,
     :math:`-\frac1k\sum_i \log \sum_{j: s_j \in C(s_i)} p(s_j)`, with
@@ -140,10 +148,11 @@ def semantic_entropy_weighted(record: Record, ctx: ScoringContext) -> float:
     """
     samples = require_samples(record, 2)
     labels = _sample_labels(record, ctx)
-    logp = sample_logprobs(samples, normalize=True)
+    # any constant when every sample is empty: only ratios between samples matter
+    logp = agreement_logprobs(samples, normalize=True, fallback=0.0)
     if np.isfinite(logp).sum() < 2:
         raise CannotScore(f"needs at least 2 samples of positive likelihood, the record has "
-                          f"{int(np.isfinite(logp).sum())} (the others are empty)")
+                          f"{int(np.isfinite(logp).sum())}")
     weight = np.exp(logp - logp.max())  # shifted for stability; cancels in p(C)
     mass = np.bincount(labels, weights=weight)
     return -_entropy(mass / mass.sum())

@@ -150,7 +150,8 @@ def renyi_negentropy(record: Record) -> float:
     LM-Polygraph 0.7's ``RenyiNeg`` computes :math:`-H_\alpha(q_t) - \log V`
     (the sign of :math:`\log V` flipped, a constant shift of
     :math:`2\log V`) and returns it as an uncertainty although it grows
-    with confidence (fixed upstream in pull request 465, ``score_type``):
+    with confidence (an open upstream pull request, 465, proposes a ``score_type``
+    option; 0.7 has none):
     on the same distributions :math:`c = U + 2\log V`.
     Parity with LM-Polygraph 0.7's own pipeline: |Δ| ≤ 4.6e-5 once its
     answer's end token is removed, 0.35 with it (``benchmarks/results/parity.md``).

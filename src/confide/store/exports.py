@@ -21,8 +21,9 @@ values written as the shortest decimal that reads back to the same double), so
 every scorer that reads only those gives the same value on the re-imported run.
 It cannot carry the statistics of the whole next-token distribution
 (``token_entropies`` come back as lower bounds from the top-k;
-``token_kl_uniform``, ``token_renyi_uniform``, ``token_fisher_rao_uniform`` not at
-all), token ids, hidden states, or the scores themselves
+``token_kl_uniform``, ``token_renyi_uniform``, ``token_fisher_rao_uniform``,
+``token_boosted_prob`` not at all, so ``boostedprob`` falls back to its rule on the
+top-k), token ids, hidden states, or the scores themselves
 (``tests/test_importing.py::test_openai_export_round_trip``).
 """
 

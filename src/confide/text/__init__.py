@@ -8,6 +8,7 @@ both, so "the same answer" means one thing everywhere.
 from confide.text.calls import Call, canonical_calls, parse_function_calls
 from confide.text.embeddings import embed_texts
 from confide.text.normalize import (
+    answer_key,
     answer_tokens,
     collapse_whitespace,
     normalize_answer,
@@ -16,6 +17,6 @@ from confide.text.normalize import (
 from confide.text.numbers import extract_final_number
 from confide.text.similarity import rouge_l_f1, token_f1
 
-__all__ = ["Call", "answer_tokens", "canonical_calls", "collapse_whitespace", "embed_texts",
-           "extract_final_number", "normalize_answer", "parse_function_calls", "rouge_l_f1",
-           "rouge_tokens", "token_f1"]
+__all__ = ["Call", "answer_key", "answer_tokens", "canonical_calls", "collapse_whitespace",
+           "embed_texts", "extract_final_number", "normalize_answer", "parse_function_calls",
+           "rouge_l_f1", "rouge_tokens", "token_f1"]

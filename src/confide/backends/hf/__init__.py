@@ -6,7 +6,7 @@ We run our own decoding loop over the model's KV cache instead of
 
 - each step's logits are reduced at once to the statistics scorers need
   (chosen-token log-probability, entropy, KL, Rényi and Fisher–Rao divergences
-  from uniform, top-k alternatives)
+  from uniform, the chosen token's BoostedProb, top-k alternatives)
   and then dropped, so memory stays flat even for 262k-token vocabularies and
   no second forward pass over the answer is ever needed;
 - those logits come from a float32 output projection whatever the model's

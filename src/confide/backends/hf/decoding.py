@@ -28,7 +28,7 @@ from confide.backends.base import (
     TokenEvent,
 )
 from confide.backends.hf.cache import cache_from, gather_columns, key_values, select_rows
-from confide.backends.hf.steps import choose_tokens, step_statistics
+from confide.backends.hf.steps import N_STEP_STATISTICS, choose_tokens, step_statistics
 from confide.core.records import Generation
 
 __all__ = ["MIN_SHARED_PREFIX", "DecodingLoop", "common_prefix"]
@@ -92,7 +92,7 @@ class _Buffers:
 
     def __init__(self, slots: int, steps: int, k: int, hidden: tuple[int, int] | None,
                  device: str) -> None:
-        self.stats = torch.zeros((slots, steps, 5), device=device)
+        self.stats = torch.zeros((slots, steps, N_STEP_STATISTICS), device=device)
         self.top_lp = torch.zeros((slots, steps, k), device=device)
         self.top_ids = torch.zeros((slots, steps, k), dtype=torch.long, device=device)
         # one step more: a row's last answer token gets its state in a closing pass
@@ -484,6 +484,7 @@ class DecodingLoop:
             token_kl_uniform=stats[:n, 2].astype(np.float32),
             token_renyi_uniform=stats[:n, 3].astype(np.float32),
             token_fisher_rao_uniform=stats[:n, 4].astype(np.float32),
+            token_boosted_prob=stats[:n, 5].astype(np.float32),
             finish_reason=row.finish,
         )
         if spec.top_k_alternatives:

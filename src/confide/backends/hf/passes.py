@@ -95,16 +95,23 @@ class ExtraPasses:
         Chat: the template around one empty user message (with the generation
         prompt and any default system message of the template), so the answer
         still sits in the assistant's turn. A completion prompt (TriviaQA's
-        k-shot text): the beginning-of-sequence token, or the end-of-sequence
-        token (the document separator) for a tokenizer without one.
+        k-shot text): the empty text as the tokenizer encodes any text prompt,
+        i.e. its start-of-sequence token where the tokenizer puts one before
+        every text (Llama's ``<s>``: the answer's own prompt began with it too);
+        where it puts none, a newline. Never the tokenizer's ``bos_token``
+        alone: SmolLM2-Instruct names ``<|im_start|>``, the marker that opens a
+        chat turn, which no completion prompt contains, and its end-of-sequence
+        token ``<|im_end|>`` closes one; reading the answer's first token after
+        either would measure a chat role, not "no question".
+
+        LM-Polygraph (``GreedyLMProbsCalculator``) instead re-tokenizes the
+        decoded answer alone (special tokens as its tokenizer adds them, none
+        for SmolLM2) and reads each token's probability one position late, so
+        its first token has no unconditioned term (see ``pmi``).
         """
         if self.has_chat_template if chat is None else chat:
             return self.encode([{"role": "user", "content": ""}])
-        ids = self.encode("")
-        if ids:
-            return ids
-        start = self.tokenizer.bos_token_id
-        return [int(start) if start is not None else next(iter(sorted(self._eos_ids)))]
+        return self.encode("") or self.encode("\n")
 
     @torch.inference_mode()
     def unconditioned_logprobs(self, answers: list[list[int]], *, chat: bool | None = None
