@@ -131,8 +131,10 @@ class Generation:
     def empty(self) -> bool:
         """No answer: no text but whitespace.
 
-        Every part of confide treats an empty answer alike: likelihood 0 (log
-        :math:`-\\infty`), equivalent to no other answer, never certain.
+        Every part of confide treats an empty answer alike: equivalent to no other
+        answer, never certain. A greedy answer that is empty gets no confidence; an empty
+        sample counts as disagreement (where likelihoods weigh samples it gets the mean
+        log-likelihood of the others: :func:`confide.scorers.features.agreement_logprobs`).
         """
         return not self.text.strip()
 

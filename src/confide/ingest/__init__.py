@@ -27,7 +27,8 @@ What a record can and cannot give: chosen-token log-probabilities
 them; entropies only as **lower bounds** from the top-k (``token_entropies``,
 marked in :attr:`Imported.approximate`, the ``vllm`` backend's rule); never the
 statistics that need the whole next-token distribution (``token_kl_uniform``,
-``token_renyi_uniform``, ``token_fisher_rao_uniform``), nor hidden states. Each
+``token_renyi_uniform``, ``token_fisher_rao_uniform``, ``token_boosted_prob``), nor
+hidden states. Each
 record says what it provides in :attr:`Imported.capabilities`.
 
 Bad records raise :class:`~confide.core.errors.InvalidInputError` naming
