@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,11 +24,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from faultserver import FaultServer  # noqa: E402
+from vllm_outputs import EOS, TEXT, VOCAB, CompletionOutput, Logprob  # noqa: E402
 
 from confide.backends.base import GenerationSpec  # noqa: E402
 from confide.backends.openai import OpenAIBackend  # noqa: E402
 from confide.backends.topk import TOPK_STATISTICS, entropy_lower_bound  # noqa: E402
-from confide.backends.vllm import TokenText, to_generation, topk_statistics  # noqa: E402
+from confide.backends.vllm import to_generation, topk_statistics  # noqa: E402
 from confide.core.needs import TOKEN_STATISTICS  # noqa: E402
 from confide.core.records import Generation, Record  # noqa: E402
 from confide.ingest import read_generations  # noqa: E402
@@ -119,25 +119,6 @@ def test_the_openai_backend_and_an_import_of_its_replies_give_the_same_statistic
 # --- vLLM: the backend's conversion and the reader of a dump of the same outputs ---------
 
 
-@dataclass
-class Logprob:
-    logprob: float
-    rank: int | None = None
-    decoded_token: str | None = None
-
-
-@dataclass
-class CompletionOutput:
-    token_ids: list[int]
-    logprobs: list[dict[int, Logprob]] | None
-    finish_reason: str | None = "stop"
-    stop_reason: int | str | None = None
-
-
-VOCAB = ["Paris", " is", " nice", "\n", "Next", "<eos>", "Rome", " a"]
-EOS = 5
-TEXT = TokenText(decode=lambda ids: "".join(VOCAB[i] for i in ids if i != EOS),
-                 piece=lambda i: VOCAB[i], end_ids=frozenset({EOS}))
 K = 3
 
 

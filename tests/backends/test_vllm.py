@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from dataclasses import dataclass, field
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from confide.backends import BACKENDS, GenerationSpec
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from vllm_outputs import EOS, TEXT, VOCAB, CompletionOutput, Logprob, RequestOutput  # noqa: E402
+
+from confide.backends import BACKENDS, GenerationSpec  # noqa: E402
 from confide.backends.vllm import (
     STATS_LOGPROBS,
-    TokenText,
     assemble,
     request_plan,
     to_generation,
@@ -23,36 +26,6 @@ from confide.backends.vllm import (
 )
 from confide.pipeline.scorer_plan import plan_scorers, skip_reason
 from confide.scorers import SCORERS
-
-# --- objects with the attribute names of vLLM's Logprob, CompletionOutput, RequestOutput ---
-
-
-@dataclass
-class Logprob:
-    logprob: float
-    rank: int | None = None
-    decoded_token: str | None = None
-
-
-@dataclass
-class CompletionOutput:
-    token_ids: list[int]
-    logprobs: list[dict[int, Logprob]] | None
-    finish_reason: str | None = "stop"
-    stop_reason: int | str | None = None
-    index: int = 0
-    text: str = ""
-
-
-@dataclass
-class RequestOutput:
-    outputs: list[CompletionOutput] = field(default_factory=list)
-
-
-VOCAB = ["Paris", " is", " nice", "\n", "Next", "<eos>", "Rome", " a"]
-EOS = 5
-TEXT = TokenText(decode=lambda ids: "".join(VOCAB[i] for i in ids if i != EOS),
-                 piece=lambda i: VOCAB[i], end_ids=frozenset({EOS}))
 
 
 def _step(dist: np.ndarray, chosen: int, k: int) -> dict[int, Logprob]:
