@@ -18,7 +18,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from faultserver import FaultServer, running  # noqa: E402
 
-from confide.backends import BACKENDS, GenerationSpec  # noqa: E402
+from confide.backends import GenerationSpec  # noqa: E402
 from confide.backends.openai import OpenAIBackend, _public_url  # noqa: E402
 from confide.core.errors import InvalidInputError  # noqa: E402
 from confide.pipeline.plan import RunConfig  # noqa: E402
