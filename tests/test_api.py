@@ -109,3 +109,20 @@ def test_every_sampling_scorer_asks_the_one_default_number_of_samples():
     assert asked and set(asked.values()) == {DEFAULT_SAMPLES}, asked
     assert sample_count(["msp", "semantic_entropy"]) == DEFAULT_SAMPLES
     assert confide.samples_needed(["semantic_entropy", "no_such_scorer"]) == DEFAULT_SAMPLES
+
+
+def test_one_question_is_one_answer_and_one_scorer_name_is_one_scorer(hf_model):
+    """A string is a question, not its characters; "msp" is a scorer, not m, s and p."""
+    from confide.pipeline.plan import question_plan
+
+    plan = question_plan("Hi?", scorers="msp, mean_logprob", max_new_tokens=4)
+    assert [it.question for it in plan.task.items] == ["Hi?"]
+    assert plan.scorers == ("msp", "mean_logprob")
+    answer = confide.score(hf_model, "What is the capital of France?", scorers="msp",
+                           max_new_tokens=4)
+    assert isinstance(answer, confide.ScoredAnswer)
+    assert answer.question == "What is the capital of France?" and answer.answer
+    assert set(answer.confidences) == {"msp"} and math.isfinite(answer.confidences["msp"])
+    listed = confide.score(hf_model, ["What is the capital of France?"], scorers=["msp"],
+                           max_new_tokens=4)
+    assert len(listed) == 1 and listed[0].confidences == answer.confidences

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, cast, overload
 
 from confide.backends import Backend, item_seed, load_backend
 from confide.core.errors import (
@@ -126,11 +126,27 @@ def execute(config: RunConfig | RunPlan, out: str | Path, *, backend: Backend | 
     return execute_plan(config, out, executor=executor, progress=progress)
 
 
-def score(model: Backend, questions: list[str] | list[Item], *,
-          scorers: tuple[str, ...] | list[str] = DEFAULT_SCORERS, max_new_tokens: int = 32,
+@overload  # a str is also a Sequence[str]: this overload, listed first, wins for it
+def score(model: Backend, questions: str | Item, *,  # type: ignore[overload-overlap]
+          scorers: str | Sequence[str] = ...,
+          max_new_tokens: int = ..., stop: tuple[str, ...] = ..., seed: int = ...,
+          n_samples: int = ..., judge: str = ..., claims: ClaimConfig | bool = ...
+          ) -> ScoredAnswer: ...
+@overload
+def score(model: Backend, questions: Sequence[str | Item], *,
+          scorers: str | Sequence[str] = ..., max_new_tokens: int = ...,
+          stop: tuple[str, ...] = ..., seed: int = ..., n_samples: int = ..., judge: str = ...,
+          claims: ClaimConfig | bool = ...) -> list[ScoredAnswer]: ...
+def score(model: Backend, questions: str | Item | Sequence[str | Item], *,
+          scorers: str | Sequence[str] = DEFAULT_SCORERS, max_new_tokens: int = 32,
           stop: tuple[str, ...] = ("\n",), seed: int = 0, n_samples: int = 0,
-          judge: str = "exact", claims: ClaimConfig | bool = False) -> list[ScoredAnswer]:
+          judge: str = "exact", claims: ClaimConfig | bool = False
+          ) -> ScoredAnswer | list[ScoredAnswer]:
     """Answer each question greedily and return the answers with their confidences.
+
+    One question (a string or an :class:`~confide.core.records.Item`) gives one
+    :class:`ScoredAnswer`; a list gives a list. ``scorers`` is a list of names or one
+    comma-separated string (``"msp,mean_logprob"``).
 
     ``n_samples`` draws at least that many samples (for :attr:`ScoredAnswer.summary`);
     ``judge`` clusters them (:mod:`confide.equivalence.judges`).
@@ -163,11 +179,11 @@ def score(model: Backend, questions: list[str] | list[Item], *,
         summary = summarize(samples, pipe.judge, item=item) if len(samples) >= 2 else None
         answers.append(ScoredAnswer(item.question, record.greedy.text, confidences, reasons,
                                     record, summary))
-    return answers
+    return answers[0] if isinstance(questions, (str, Item)) else answers
 
 
 def stream(model: Backend, question: str | Item, *,
-           scorers: tuple[str, ...] | list[str] = DEFAULT_SCORERS, max_new_tokens: int = 64,
+           scorers: str | Sequence[str] = DEFAULT_SCORERS, max_new_tokens: int = 64,
            stop: tuple[str, ...] = (), seed: int = 0,
            early_abstain_below: float | None = None, early_abstain_after: int = 4
            ) -> Iterator[TokenUpdate | StreamEnd]:

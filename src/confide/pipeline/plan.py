@@ -205,11 +205,24 @@ def prepare(config: RunConfig) -> RunPlan:
                    batch_size=config.batch_size, config=config)
 
 
-def question_plan(questions: Sequence[str | Item], *, scorers: Sequence[str] = DEFAULT_SCORERS,
+def scorer_names(scorers: str | Sequence[str]) -> tuple[str, ...]:
+    """Scorer names from a sequence, or from one string of comma-separated names (as the
+    CLI takes them): ``"msp"`` is one scorer, never the letters m, s, p."""
+    if isinstance(scorers, str):
+        return tuple(s.strip() for s in scorers.split(",") if s.strip())
+    return tuple(scorers)
+
+
+def question_plan(questions: str | Item | Sequence[str | Item], *,
+                  scorers: str | Sequence[str] = DEFAULT_SCORERS,
                   max_new_tokens: int, stop: Sequence[str] = (), seed: int = 0,
                   at_least: int = 0, judge: str = "exact") -> RunPlan:
     """The plan of plain questions (``confide.score``, ``confide.stream``, the server):
-    open QA, ungraded, ``question_id`` ``q0``, ``q1``, ... unless given as items."""
+    open QA, ungraded, ``question_id`` ``q0``, ``q1``, ... unless given as items. One
+    question (a string or an :class:`Item`) is a list of one, never its characters."""
+    if isinstance(questions, (str, Item)):
+        questions = [questions]
+    scorers = scorer_names(scorers)
     items = [q if isinstance(q, Item) else Item(id=f"q{i}", prompt=q)
              for i, q in enumerate(questions)]
     for name in scorers:
