@@ -14,8 +14,9 @@ under a public name (``calibrate`` is :func:`confide.decisions.calibration.calib
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+import asyncio
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast, overload
 
@@ -31,7 +32,7 @@ from confide.core.errors import (
     UnknownNameError,
 )
 from confide.core.options import DEFAULT_MODEL, check_distribution
-from confide.core.records import Item, Record
+from confide.core.records import Item
 from confide.decisions.abstention import AbstentionFit
 from confide.decisions.abstention import abstain_run as abstain
 from confide.decisions.adaptive import AdaptiveReport, replay_adaptive
@@ -51,7 +52,16 @@ from confide.metrics import METRICS, MetricSpec
 from confide.pipeline.answering import DEFAULT_SCORERS, Pipeline
 from confide.pipeline.plan import RunConfig, RunPlan, prepare, question_plan, sample_count
 from confide.pipeline.streaming import EarlyAbstention, StreamEnd, TokenUpdate, stream_answer
-from confide.runs.claims import ClaimConfig, ClaimOutcome, add_claims, claim_record
+from confide.runs.answers import (
+    Question,
+    ScoredAnswer,
+    ScoredAnswers,
+    answer_questions,
+    as_items,
+    ascore_answers,
+    score_answers,
+)
+from confide.runs.claims import ClaimConfig, ClaimOutcome, add_claims
 from confide.runs.execution import Progress, RunOutcome
 from confide.runs.execution import execute as execute_plan
 from confide.runs.importing import import_file
@@ -66,16 +76,17 @@ from confide.tasks import describe_tasks as list_tasks
 # so `dir(confide)` imports nothing) and serves each name from here on first use.
 __all__ = [
     "AbstentionFit", "AdaptiveReport", "BackendError", "CalibrationFit", "CannotScore",
-    "CascadeCurve", "CascadePoint", "ClaimConfig", "ClaimStage", "ConfideError", "ConfigMismatch",
-    "DEFAULT_SCORERS", "EXPORT_FORMATS", "EarlyAbstention", "EvalTable", "Exported",
-    "InvalidInputError", "ModelLoadError", "Run", "RunConfig", "RunPlan", "ScoredAnswer",
-    "SelfReflectResult", "StoreError", "StreamEnd", "TokenUpdate", "UncertaintySummary",
-    "UnknownNameError", "VoteComparison", "abstain", "apply_learned", "build_server", "calibrate",
-    "cascade", "claim_stage", "compare_votes", "default_run_dir", "detect_format", "evaluate",
-    "execute", "export", "fit_learned", "generate_and_evaluate", "import_file", "label",
-    "list_metrics", "list_scorers", "list_tasks", "load_calibrator", "load_model", "make_report",
-    "open_run", "prepare", "refine", "replay_adaptive", "route", "run_server", "samples_needed",
-    "score", "selfreflect_distance", "stream", "summarize",
+    "CascadeCurve", "CascadePoint", "ClaimConfig", "ClaimStage", "ConfideError",
+    "ConfigMismatch", "DEFAULT_SCORERS", "EXPORT_FORMATS", "EarlyAbstention", "EvalTable",
+    "Exported", "InvalidInputError", "Item", "ModelLoadError", "Run", "RunConfig", "RunPlan",
+    "ScoredAnswer", "ScoredAnswers", "SelfReflectResult", "StoreError", "StreamEnd",
+    "TokenUpdate", "UncertaintySummary", "UnknownNameError", "VoteComparison", "abstain",
+    "apply_learned", "ascore", "ascore_answers", "build_server", "calibrate", "cascade",
+    "claim_stage", "compare_votes", "default_run_dir", "detect_format", "evaluate", "execute",
+    "export", "fit_learned", "generate_and_evaluate", "import_file", "label", "list_metrics",
+    "list_scorers", "list_tasks", "load_calibrator", "load_model", "make_report", "open_run",
+    "prepare", "refine", "replay_adaptive", "route", "run_server", "samples_needed", "score",
+    "score_answers", "selfreflect_distance", "stream", "summarize",
 ]
 
 #: The former name of :func:`generate_and_evaluate` (``Run.evaluate`` became
@@ -91,21 +102,6 @@ def load_model(model: str = DEFAULT_MODEL, *, backend: str = "hf", **options: An
     (``device``, ``batch_size``, ``dtype`` for ``hf``).
     """
     return load_backend(backend, model, **options)
-
-
-@dataclass
-class ScoredAnswer:
-    """An answer with its confidences (higher = more likely correct) and NaN reasons.
-
-    ``summary`` describes the sampled answers (:func:`confide.equivalence.summary.summarize`)
-    when at least two were drawn (``n_samples``, or a sampling scorer)."""
-
-    question: str
-    answer: str
-    confidences: dict[str, float]
-    reasons: dict[str, str] = field(default_factory=dict)
-    record: Record | None = field(default=None, repr=False)
-    summary: UncertaintySummary | None = None
 
 
 def execute(config: RunConfig | RunPlan, out: str | Path, *, backend: Backend | None = None,
@@ -127,26 +123,30 @@ def execute(config: RunConfig | RunPlan, out: str | Path, *, backend: Backend | 
 
 
 @overload  # a str is also a Sequence[str]: this overload, listed first, wins for it
-def score(model: Backend, questions: str | Item, *,  # type: ignore[overload-overlap]
-          scorers: str | Sequence[str] = ...,
-          max_new_tokens: int = ..., stop: tuple[str, ...] = ..., seed: int = ...,
-          n_samples: int = ..., judge: str = ..., claims: ClaimConfig | bool = ...
-          ) -> ScoredAnswer: ...
-@overload
-def score(model: Backend, questions: Sequence[str | Item], *,
+def score(model: Backend, questions: str | Item | Mapping[str, Any], *,  # type: ignore[overload-overlap]
           scorers: str | Sequence[str] = ..., max_new_tokens: int = ...,
           stop: tuple[str, ...] = ..., seed: int = ..., n_samples: int = ..., judge: str = ...,
-          claims: ClaimConfig | bool = ...) -> list[ScoredAnswer]: ...
-def score(model: Backend, questions: str | Item | Sequence[str | Item], *,
+          claims: ClaimConfig | bool = ..., grader: str | None = ...) -> ScoredAnswer: ...
+@overload
+def score(model: Backend, questions: Sequence[Question], *,
+          scorers: str | Sequence[str] = ..., max_new_tokens: int = ...,
+          stop: tuple[str, ...] = ..., seed: int = ..., n_samples: int = ..., judge: str = ...,
+          claims: ClaimConfig | bool = ..., grader: str | None = ...) -> ScoredAnswers: ...
+def score(model: Backend, questions: Question | Sequence[Question], *,
           scorers: str | Sequence[str] = DEFAULT_SCORERS, max_new_tokens: int = 32,
           stop: tuple[str, ...] = ("\n",), seed: int = 0, n_samples: int = 0,
-          judge: str = "exact", claims: ClaimConfig | bool = False
-          ) -> ScoredAnswer | list[ScoredAnswer]:
+          judge: str = "exact", claims: ClaimConfig | bool = False, grader: str | None = None
+          ) -> ScoredAnswer | ScoredAnswers:
     """Answer each question greedily and return the answers with their confidences.
 
-    One question (a string or an :class:`~confide.core.records.Item`) gives one
-    :class:`ScoredAnswer`; a list gives a list. ``scorers`` is a list of names or one
-    comma-separated string (``"msp,mean_logprob"``).
+    A question is text, an :class:`~confide.core.records.Item`, or a mapping with
+    ``question`` and optionally ``references`` and ``id``. One question gives one
+    :class:`ScoredAnswer`; a list gives :class:`ScoredAnswers` (a list with
+    ``to_pandas()``). ``scorers`` is a list of names or one comma-separated string
+    (``"msp,mean_logprob"``).
+
+    Questions with references are graded (``answer.grades``) by ``grader`` (default
+    ``contains``).
 
     ``n_samples`` draws at least that many samples (for :attr:`ScoredAnswer.summary`);
     ``judge`` clusters them (:mod:`confide.equivalence.judges`).
@@ -156,30 +156,18 @@ def score(model: Backend, questions: str | Item | Sequence[str | Item], *,
     long answers: give a larger ``max_new_tokens`` and ``stop=()``; then
     :func:`confide.refine` drops or marks the doubtful claims.
     """
-    from confide.equivalence.judges import make_judge
+    items, single = as_items(questions)
+    answers = answer_questions(model, items, scorers=scorers, max_new_tokens=max_new_tokens,
+                               stop=stop, seed=seed, n_samples=n_samples, judge=judge,
+                               claims=claims, grader=grader)
+    return answers[0] if single else answers
 
-    claim_config = (ClaimConfig(grader=None) if claims is True
-                    else claims if isinstance(claims, ClaimConfig) else None)
 
-    plan = question_plan(questions, scorers=scorers, max_new_tokens=max_new_tokens, stop=stop,
-                         seed=seed, judge=judge,
-                         at_least=max(n_samples, claim_config.n_samples if claim_config else 0))
-    pipe = Pipeline.build(model, plan.scorers, seed=seed,
-                          judge=make_judge(plan.judge, backend=model))
-    items = plan.task.items
-    results = pipe.generate(plan.task, items, plan.spec, [item_seed(seed, it.id) for it in items])
-    answers = []
-    for item, result in zip(items, results, strict=True):
-        record = pipe.complete(item, result)  # GenerationFailed: the backend gave up on it
-        if claim_config is not None:
-            claim_record(record, claim_config, backend=model, seed=seed)
-        reasons = {**record.score_errors, **pipe.skipped}
-        confidences = {**record.scores, **{name: float("nan") for name in pipe.skipped}}
-        samples = [g.text for g in record.samples]
-        summary = summarize(samples, pipe.judge, item=item) if len(samples) >= 2 else None
-        answers.append(ScoredAnswer(item.question, record.greedy.text, confidences, reasons,
-                                    record, summary))
-    return answers[0] if isinstance(questions, (str, Item)) else answers
+async def ascore(model: Backend, questions: Question | Sequence[Question], **options: Any
+                 ) -> ScoredAnswer | ScoredAnswers:
+    """:func:`score` awaited off the event loop (in a worker thread): for HTTP backends
+    inside a running loop (Jupyter, a web app), beside other requests."""
+    return await asyncio.to_thread(lambda: score(model, questions, **options))
 
 
 def stream(model: Backend, question: str | Item, *,
