@@ -44,7 +44,7 @@ def synthetic(path: Path, n: int, *, seed: int = 0, choices: int = 3, tokens: in
                 content = []
                 for _ in range(rng.randint(1, tokens)):
                     words = rng.sample(WORDS, 3)
-                    lps = sorted((math.log(rng.uniform(0.01, 0.6)) for _ in words), reverse=True)
+                    lps = sorted((math.log(rng.uniform(0.01, 0.33)) for _ in words), reverse=True)
                     content.append({"token": words[0], "logprob": lps[0],
                                     "bytes": list(words[0].encode()),
                                     "top_logprobs": [{"token": w, "logprob": v}
@@ -105,7 +105,7 @@ def test_import_reports_the_detected_format_and_bounds_on_the_cli(tmp_path):
                                       "--scorers", "msp,mean_entropy,self_certainty"])
     assert result.exit_code == 0, result.output
     shown = " ".join(result.output.split())  # Rich wraps long lines
-    assert "as openai (detected)" in shown
+    assert "as openai (detected: a 'choices' list" in shown
     assert "lower bounds" in shown
     assert "skipped self_certainty" in shown
     again = CliRunner().invoke(app, ["eval", str(out), "--resamples", "20"])
@@ -480,7 +480,7 @@ def test_ungraded_import_says_how_to_label(tmp_path):
                                       "--scorers", "msp,length,verbalized_1s"])
     assert result.exit_code == 0, result.output
     shown = " ".join(result.output.split())  # Rich wraps long lines
-    assert "as jsonl (detected)" in shown
+    assert "as jsonl (detected: 'question' and a text 'answer'" in shown
     assert "no log-probabilities" in shown
     assert "skipped verbalized_1s: needs the model" in shown
     assert "confide label" in shown

@@ -119,7 +119,8 @@ def test_bad_record_names_file_line_and_field(tmp_path, record, field, message):
 
 
 tokens = st.text(min_size=1, max_size=4)
-logprobs = st.floats(min_value=-30.0, max_value=0.0, allow_nan=False)
+# at most four tokens of at most e^-1.7 each: a step's probabilities sum below 1
+logprobs = st.floats(min_value=-30.0, max_value=-1.7, allow_nan=False)
 
 
 @st.composite
@@ -127,6 +128,8 @@ def chat_choices(draw):
     steps = draw(st.lists(st.tuples(tokens, logprobs, st.lists(st.tuples(tokens, logprobs),
                                                                min_size=1, max_size=3)),
                           max_size=6))
+    # an alternative with the chosen token's text is that token: the same log-probability
+    steps = [(t, lp, [(a, lp if a == t else v) for a, v in top]) for t, lp, top in steps]
     entries = [{"token": t, "logprob": lp,  # the API lists alternatives best first
                 "top_logprobs": [{"token": a, "logprob": v}
                                  for a, v in sorted(top, key=lambda av: -av[1])]}

@@ -99,10 +99,12 @@ def outputs(draw):
     steps, values = [], []
     for tid in ids:
         k = draw(st.integers(1, 4))
-        logs = sorted(draw(st.lists(st.floats(-20, 0), min_size=k, max_size=k)), reverse=True)
+        # at most five distinct tokens of at most e^-1.7 each: they sum below 1
+        logs = sorted(draw(st.lists(st.floats(-20, -1.7), min_size=k, max_size=k)),
+                      reverse=True)
         entry = {str(1000 + j): {"logprob": v, "rank": j + 1, "decoded_token": f"<{j}>"}
                  for j, v in enumerate(logs)}
-        chosen = draw(st.floats(-20, 0))
+        chosen = draw(st.floats(-20, -1.7))
         entry[str(tid)] = {"logprob": chosen, "rank": 99, "decoded_token": f"t{tid}"}
         steps.append(entry)
         values.append(chosen)

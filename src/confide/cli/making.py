@@ -222,9 +222,14 @@ def score(
 
     target = output_dir(out, "--out")
     with user_errors():
-        chosen = api.detect_format(file) if fmt == "auto" else fmt
-        console.print(f"reading {escape(str(file))} as {chosen}"
-                      + (" (detected)" if fmt == "auto" else ""))
+        if fmt == "auto":
+            from confide.ingest import detect
+
+            chosen, why = detect(file)
+            console.print(f"reading {escape(str(file))} as {chosen} (detected: {escape(why)}; "
+                          "--format overrides)")
+        else:
+            console.print(f"reading {escape(str(file))} as {fmt}")
         bar, update = progress_bar(file.name)
 
         def tick(n: int) -> None:  # records read; the total is not known before the end

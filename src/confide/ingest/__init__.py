@@ -19,8 +19,11 @@ Formats (each module's docstring holds its field map):
 ``jsonl``       confide's own minimal form (:mod:`confide.ingest.jsonl`)
 ==============  ===============================================================
 
-``format="auto"`` (:func:`detect_format`) decides from the first record; the
-stream's :attr:`ImportedStream.format` says which it chose.
+``format="auto"`` (:func:`detect_format`) decides from the first record: it must have
+the required fields of exactly one format (a record that fits two is refused, naming
+both, rather than read the wrong way); :func:`detect` also says which fields decided,
+and the stream's :attr:`ImportedStream.format` says which it chose. Logs compressed
+with gzip, bzip2 or xz are read as they are (:mod:`confide.ingest.sources`).
 
 What a record can and cannot give: chosen-token log-probabilities
 (``token_logprobs``) and top-k alternatives (``top_logprobs``) where the log holds
@@ -43,6 +46,7 @@ from confide.ingest.reading import (
     Imported,
     ImportedStream,
     decode_line,
+    detect,
     detect_format,
     duplicate_id,
     file_layout,
@@ -53,5 +57,5 @@ from confide.ingest.reading import (
 )
 
 __all__ = ["ANSWER_MODES", "DETECTION_ORDER", "FORMATS", "Imported", "ImportedStream",
-           "decode_line", "detect_format", "duplicate_id", "file_layout", "is_blank",
+           "decode_line", "detect", "detect_format", "duplicate_id", "file_layout", "is_blank",
            "option_probability", "parse_value", "read_generations"]

@@ -17,6 +17,9 @@ A log file is read record by record, never whole (:func:`iter_json_records`):
 - anything else is **JSON Lines**: one object per line, blank lines ignored; a
   line that is not JSON is a bad record (skippable).
 
+The bytes come through :func:`confide.ingest.sources.open_log`: gzip, bzip2 and xz
+files are decompressed as they are read.
+
 Statistics
 ----------
 Every format hands :func:`build_generation` a list of :class:`Step`: the chosen
@@ -53,9 +56,24 @@ covers the answer (:func:`answer_length`), as the backends do. An empty list of
 tokens with a non-empty answer means the log has no statistics for it, not that
 the record is bad.
 
-Untrusted input: nothing is evaluated or unpickled; a log-probability that is not
-a finite number :math:`\le 0` (or a probability outside :math:`[0, 1]`) makes the
-record bad, and the error names ``file:line: field:``.
+Untrusted input
+---------------
+Nothing is evaluated or unpickled. A record is bad, and the error names
+``file:line: field:``, when
+
+- a text holds a lone surrogate (``"\udcff"``: valid JSON, not Unicode; half of a
+  character a producer cut in two): no such text goes past this reader, to a scorer or
+  a store (:func:`decode_line`);
+- a log-probability is not a finite number :math:`\le 0` (or a probability lies
+  outside :math:`[0, 1]`);
+- the statistics of one token contradict each other (:func:`check_step`): the listed
+  alternatives' probabilities (with the chosen token's, when it is not listed) sum
+  above :math:`1 +` :data:`MASS_TOLERANCE`, or the chosen token's log-probability
+  differs from its own entry among the alternatives by more than
+  :data:`LOGPROB_TOLERANCE`;
+- the tokens do not spell the answer (:func:`check_spelling`): the answer, white space
+  aside, must begin the tokens' text (tokens past it are allowed, as above);
+- choice indices are not ``0 .. n-1``, each once (:func:`index_order`).
 """
 
 from __future__ import annotations
@@ -63,6 +81,8 @@ from __future__ import annotations
 import codecs
 import json
 import math
+import re
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,15 +96,23 @@ from confide.core.errors import InvalidInputError
 from confide.core.needs import Need
 from confide.core.records import Generation, Item, Record
 from confide.core.registry import Registry
+from confide.ingest.sources import open_log
 
-__all__ = ["BadField", "CHUNK", "Context", "FORMATS", "Imported", "LogFormat", "Step",
-           "answer_length", "build_generation", "capabilities_of", "check_logprob",
-           "check_prob", "decode_line", "entropy_bounds", "file_layout", "get_list",
-           "get_str", "is_blank", "item_id", "iter_json_records", "label_from", "need_list",
-           "references_from", "text_prompt"]
+__all__ = ["BadField", "CHUNK", "Context", "FORMATS", "Fit", "Imported", "LOGPROB_TOLERANCE",
+           "LogFormat", "MASS_TOLERANCE", "Step", "answer_length", "build_generation",
+           "capabilities_of", "check_logprob", "check_prob", "check_spelling", "check_step",
+           "decode_line", "entropy_bounds", "file_layout", "get_list", "get_str",
+           "index_order", "is_blank", "item_id", "iter_json_records", "label_from",
+           "need_list", "references_from", "text_prompt"]
 
 #: Bytes read at a time when streaming a JSON array or pretty-printed objects.
 CHUNK = 1 << 16
+#: How far above 1 the listed probabilities of one token may sum: logs round their
+#: log-probabilities (float32, or a few printed digits).
+MASS_TOLERANCE = 1e-3
+#: How far (in nats) a chosen token's log-probability may lie from its own entry among
+#: the listed alternatives.
+LOGPROB_TOLERANCE = 1e-3
 # Statistics an imported record can provide, in the order they are checked.
 _TOKEN_STATS = (Need.TOKEN_LOGPROBS, Need.TOP_LOGPROBS, Need.TOKEN_ENTROPIES)
 
@@ -142,11 +170,22 @@ class Context:
 
 
 @dataclass(frozen=True)
+class Fit:
+    """A record has a format's required fields: ``why`` says which, in words; ``nested``:
+    they sit in a field of the record (a logging proxy's ``response``), not at its top,
+    so a format whose fields are the record's own is preferred."""
+
+    why: str
+    nested: bool = False
+
+
+@dataclass(frozen=True)
 class LogFormat:
-    """One log format: its name, how to recognise its first record, how to parse one."""
+    """One log format: its name, whether a record has its required fields (``fits``, for
+    ``format="auto"``), how to parse one."""
 
     name: str
-    looks_like: Callable[[dict[str, Any]], bool]
+    fits: Callable[[dict[str, Any]], Fit | None]
     parse: Callable[[dict[str, Any], Context], Imported]
     summary: str
 
@@ -208,6 +247,99 @@ def check_prob(value: Any, where: str) -> float:
 
 def _kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
+
+
+def check_step(token: str | None, logprob: float | None, top: Sequence[tuple[str, float]],
+               where: str, top_where: str) -> None:
+    """One token's statistics agree with each other, else :class:`BadField`.
+
+    ``token`` and ``logprob`` are the chosen token (None: unknown) and ``top`` the listed
+    alternatives ``(token, log p)``. The chosen token's log-probability must match one of
+    its entries among the alternatives (a token's text may be listed twice, for two token
+    ids) within :data:`LOGPROB_TOLERANCE` (field ``where``), and the probabilities of the
+    alternatives, with the chosen token's when it is not listed, may sum to at most
+    :math:`1 +` :data:`MASS_TOLERANCE` (field ``top_where``).
+    """
+    own = [v for t, v in top if t == token] if token is not None else []
+    if own and logprob is not None and not any(abs(v - logprob) <= LOGPROB_TOLERANCE
+                                               for v in own):
+        raise BadField(where, f"the chosen token {_shown(token or '')} has log-probability "
+                              f"{logprob:.4g}, but {own[0]:.4g} among its alternatives")
+    mass = sum(math.exp(v) for _, v in top)
+    if token is not None and not own and logprob is not None:
+        mass += math.exp(logprob)
+    check_mass(mass, top_where)
+
+
+def check_mass(mass: float, where: str) -> None:
+    """The summed probabilities of distinct tokens of one step are at most
+    :math:`1 +` :data:`MASS_TOLERANCE`, else :class:`BadField`."""
+    if mass > 1.0 + MASS_TOLERANCE:
+        raise BadField(where, f"the listed probabilities sum to {mass:.4g}, more than 1: not "
+                              "one token's distribution")
+
+
+_TOKEN_IDS = re.compile(r"(token_id:\d+)+")  # vLLM's --return-tokens-as-token-ids
+# byte-level BPE (GPT-2's Ġ, Ċ) and SentencePiece (▁) marks of white space
+_MARKS = str.maketrans("", "", "\u0120\u010a\u2581")
+_BYTE_ESCAPES = re.compile(r"\\x[0-9a-fA-F]{2}")
+
+
+def check_spelling(tokens: Sequence[str], text: str, where: str) -> None:
+    """The tokens spell the answer, else :class:`BadField` (field ``where``).
+
+    White space aside, the answer must begin the tokens' text: tokens past it (an
+    end-of-turn token, a stop string the server cut) are allowed. Tokens that are a
+    character's partial bytes (OpenAI's ``bytes:\\xe2``, or U+FFFD as llama.cpp and
+    vLLM write them) match any character, so where one is present only the ASCII
+    characters are compared; tokens written as ids (``token_id:123``) are not text and
+    are not compared. Byte-level BPE and SentencePiece marks of white space (``Ġ``,
+    ``Ċ``, ``▁``) count as white space.
+    """
+    joined = "".join(tokens)
+    if "".join(joined.split()).startswith("".join(text.split())):
+        return  # the common case, first and cheap
+    if _TOKEN_IDS.fullmatch(joined):
+        return
+    partial = any(t.startswith("bytes:") or "\ufffd" in t for t in tokens)
+    spelled = "".join(_BYTE_ESCAPES.sub("", t.removeprefix("bytes:")) for t in tokens)
+    a, b = _loose(text, ascii_only=partial), _loose(spelled, ascii_only=partial)
+    if not b.startswith(a):
+        raise BadField(where, f"the tokens spell {_shown(joined)} but the answer is "
+                              f"{_shown(text)}")
+
+
+def _loose(text: str, *, ascii_only: bool) -> str:
+    text = "".join(unicodedata.normalize("NFKC", text).translate(_MARKS).split())
+    return "".join(c for c in text if c.isascii()) if ascii_only else text
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "…")
+
+
+def index_order(indices: Sequence[Any], where: Callable[[int], str]) -> list[int]:
+    """Positions of a record's choices (or outputs) in ``index`` order.
+
+    ``indices[i]`` is the ``index`` of the i-th listed choice (None: not given, its
+    position is taken). They must be the integers ``0 .. n-1``, each once: a negative,
+    too large or repeated index would make a sample the graded answer.
+    :class:`BadField` names ``where(i)`` otherwise.
+    """
+    n = len(indices)
+    taken: dict[int, int] = {}
+    for i, index in enumerate(indices):
+        index = i if index is None else index
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise BadField(where(i), f"must be an integer, not {_kind(index)}")
+        if not 0 <= index < n:
+            raise BadField(where(i), f"must be from 0 to {n - 1} (one per choice), not "
+                                     f"{index}")
+        if index in taken:
+            raise BadField(where(i), f"index {index} is given twice (also at position "
+                                     f"{taken[index]})")
+        taken[index] = i
+    return [taken[index] for index in range(n)]
 
 
 def item_id(sources: Sequence[tuple[dict[str, Any], str, str]], default: str) -> str:
@@ -399,16 +531,13 @@ def _layout(fh: IO[bytes]) -> str:
 def iter_json_records(path: Path, source: str) -> Iterator[tuple[int, Any]]:
     """Yield ``(line, value)`` for each record of a log file, streamed (see module notes).
 
-    A value that is not JSON is yielded as :class:`BadField` (field ``record``) in
-    JSON Lines, so the caller may skip it; in an array or pretty-printed objects it
-    raises :class:`~confide.core.errors.InvalidInputError`, as does a file that cannot
-    be read or is not UTF-8 there.
+    ``source`` is how messages name the file. A value that is not JSON, or not Unicode,
+    is yielded as :class:`BadField` in JSON Lines, so the caller may skip it (and so is
+    one with a lone surrogate in any layout); JSON that does not parse in an array or
+    pretty-printed objects raises :class:`~confide.core.errors.InvalidInputError`, as
+    does a file that cannot be read or is not UTF-8 there.
     """
-    try:
-        fh = path.open("rb")
-    except OSError as exc:
-        raise InvalidInputError(f"cannot read: {exc.strerror or exc}", file=source) from exc
-    with fh:
+    with open_log(path, source) as fh:
         layout = _layout(fh)
         if layout == "lines":
             yield from _iter_lines(fh, source)
@@ -416,20 +545,23 @@ def iter_json_records(path: Path, source: str) -> Iterator[tuple[int, Any]]:
             yield from _iter_values(fh, source, array=layout == "array")
 
 
-def file_layout(path: Path) -> str:
+def file_layout(path: Path, source: str) -> str:
     """``"lines"`` (JSON Lines), ``"array"`` (one JSON array) or ``"values"``
     (pretty-printed objects): how :func:`iter_json_records` reads ``path``."""
-    with path.open("rb") as fh:
+    with open_log(path, source) as fh:
         return _layout(fh)
 
 
 _BLANK = object()
+# A lone surrogate: a JSON escape such as "\udcff" decodes to one, and no text may hold it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def decode_line(raw: bytes, n: int) -> Any:
     """The JSON value of line ``n`` of a JSON Lines file: the value, a :class:`BadField`
-    (not UTF-8, not JSON), or :data:`_BLANK` for a blank line. One line is read alike
-    wherever it is read (:func:`iter_json_records`, or a worker process of an import)."""
+    (not UTF-8, not JSON, not Unicode), or :data:`_BLANK` for a blank line. One line is
+    read alike wherever it is read (:func:`iter_json_records`, or a worker process of an
+    import)."""
     if n == 1:
         raw = raw.removeprefix(codecs.BOM_UTF8)
     try:
@@ -440,11 +572,63 @@ def decode_line(raw: bytes, n: int) -> Any:
     if not line.strip():
         return _BLANK
     try:
-        return json.loads(line)
+        value = json.loads(line)
     except json.JSONDecodeError as exc:
-        return BadField("record", f"malformed JSON ({exc.msg} at column {exc.colno})")
+        return BadField("record", f"malformed JSON ({exc.msg} at column {exc.colno})"
+                        + _cut_short(exc, line, last=not raw.endswith(b"\n")))
     except RecursionError:
-        return BadField("record", "JSON nested too deeply")
+        return BadField("record", _TOO_DEEP)
+    return _unicode_checked(value) if _escapes_surrogate(line) else value
+
+
+_TOO_DEEP = ("JSON nested too deeply to read (more levels of [ and { than Python's JSON "
+             "reader allows, about 1,000)")
+
+
+def _cut_short(exc: json.JSONDecodeError, text: str, *, last: bool) -> str:
+    """What to add to a JSON error that is the end of the text: it was cut short."""
+    if not (exc.msg.startswith("Unterminated string") or exc.pos >= len(text.rstrip())):
+        return ""
+    return (": cut short, the file ends inside this record (still being written, or "
+            "truncated?)" if last else ": cut short, the line ends inside a JSON value")
+
+
+def _escapes_surrogate(text: str, start: int = 0, end: int | None = None) -> bool:
+    """Whether JSON ``text[start:end]`` may escape a surrogate (``\\ud800``-``\\udfff``):
+    only such a text can decode to a lone one (UTF-8 bytes cannot), so only its value is
+    searched."""
+    return text.find("\\ud", start, end) >= 0 or text.find("\\uD", start, end) >= 0
+
+
+def _unicode_checked(value: Any) -> Any:
+    """``value``, or the :class:`BadField` of its first text holding a lone surrogate."""
+    found = _lone_surrogate(value)
+    if found is None:
+        return value
+    where, char = found
+    return BadField(where, f"invalid Unicode: a lone surrogate \\u{ord(char):04x} (half of "
+                           "a character cut in two; valid JSON, but no text); fix the log, or "
+                           "skip such records (on_bad_record='skip', --on-bad-record skip)")
+
+
+def _lone_surrogate(value: Any) -> tuple[str, str] | None:
+    """``(field, surrogate)`` of the first text (or key) of ``value`` holding a lone
+    surrogate, the field shown with the surrogate escaped."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:  # no recursion: a value may be nested up to the decoder's limit
+        where, v = stack.pop()
+        if isinstance(v, str):
+            if m := _SURROGATE.search(v):
+                return where or "record", m.group()
+        elif isinstance(v, dict):
+            for key, item in reversed(list(v.items())):
+                at = f"{where}.{key}" if where else key
+                if m := _SURROGATE.search(key):
+                    return at.encode("utf-8", "backslashreplace").decode("ascii"), m.group()
+                stack.append((at, item))
+        elif isinstance(v, list):
+            stack.extend((f"{where}[{i}]", v[i]) for i in reversed(range(len(v))))
+    return None
 
 
 def is_blank(value: Any) -> bool:
@@ -548,12 +732,15 @@ def _iter_values(fh: IO[bytes], source: str, *, array: bool) -> Iterator[tuple[i
                 cut = exc.msg.startswith("Unterminated string") or exc.pos >= len(buf.text) - 16
                 if cut and buf.more(len(buf.text) - buf.pos):
                     continue
-                raise buf.error(f"malformed JSON ({exc.msg})") from None
+                ends = ": cut short, the file ends inside this record (still being written, " \
+                    "or truncated?)" if cut and buf.eof else ""
+                raise buf.error(f"malformed JSON ({exc.msg}){ends}") from None
             except RecursionError:
-                raise buf.error("JSON nested too deeply") from None
+                raise buf.error(_TOO_DEEP) from None
             if end == len(buf.text) and buf.more():  # a number or literal may go on
                 continue
             break
         line = buf.line
+        escaped = _escapes_surrogate(buf.text, buf.pos, end)
         buf.advance(end)
-        yield line, value
+        yield line, _unicode_checked(value) if escaped else value

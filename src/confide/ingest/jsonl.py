@@ -28,8 +28,12 @@ Field map
 other fields           kept in ``Item.metadata``
 =====================  ==========================================================
 
-The lengths of ``tokens``, ``token_logprobs`` and ``top_logprobs`` must agree.
-Empty statistics lists with a non-empty answer mean no statistics.
+The lengths of ``tokens``, ``token_logprobs`` and ``top_logprobs`` must agree, the
+tokens must spell the answer, and each token's statistics must agree with each other
+(:mod:`confide.ingest.common`, "Untrusted input"). Empty statistics lists with a
+non-empty answer mean no statistics.
+
+Detected (``format="auto"``) by ``question`` with a text ``answer``.
 
 Capabilities: ``token_logprobs``, ``top_logprobs`` and ``token_entropies`` (lower
 bounds from the top-k, marked in ``Imported.approximate``) when the answer and
@@ -45,12 +49,15 @@ from confide.ingest.common import (
     FORMATS,
     BadField,
     Context,
+    Fit,
     Imported,
     LogFormat,
     Step,
     build_generation,
     capabilities_of,
     check_logprob,
+    check_spelling,
+    check_step,
     get_list,
     item_id,
     label_from,
@@ -58,15 +65,17 @@ from confide.ingest.common import (
     text_prompt,
 )
 
-__all__ = ["looks_like", "parse"]
+__all__ = ["fits", "parse"]
 
 _KNOWN = ("id", "question", "answer", "tokens", "token_logprobs", "top_logprobs", "samples",
           "references", "label")
 
 
-def looks_like(obj: dict[str, Any]) -> bool:
-    """A record with text ``answer`` and ``question`` (confide's own form)."""
-    return isinstance(obj.get("answer"), str) and "question" in obj
+def fits(obj: dict[str, Any]) -> Fit | None:
+    """A record with ``question`` and a text ``answer`` (confide's own form)."""
+    if "question" in obj and isinstance(obj.get("answer"), str):
+        return Fit("'question' and a text 'answer' (confide's own form)")
+    return None
 
 
 def _answer(obj: dict[str, Any], where: str, ctx: Context) -> tuple[Generation, dict[str, str]]:
@@ -85,6 +94,8 @@ def _answer(obj: dict[str, Any], where: str, ctx: Context) -> tuple[Generation, 
     for t, token in enumerate(tokens or []):
         if not isinstance(token, str):
             raise BadField(f"{where}tokens[{t}]", "must be text")
+    if tokens:
+        check_spelling(tokens, text, f"{where}tokens")
     if values is None and tops is None:
         gen = Generation(text=text.strip(), tokens=list(tokens or []))
         return gen, {}
@@ -100,6 +111,8 @@ def _answer(obj: dict[str, Any], where: str, ctx: Context) -> tuple[Generation, 
                 raise BadField(f"{where}top_logprobs[{t}]", "must be a {token: logprob} object")
             top = sorted(((k, check_logprob(v, f"{where}top_logprobs[{t}][{k!r}]"))
                           for k, v in alts.items()), key=lambda tv: -tv[1])
+            check_step(None if tokens is None else tokens[t], logprob, top,
+                       f"{where}token_logprobs[{t}]", f"{where}top_logprobs[{t}]")
         steps.append(Step(tokens[t] if tokens is not None else "", logprob, top))
     gen, notes = build_generation(text, steps, cut=False, bounds=ctx.entropy_bounds,
                                   tokens_known=tokens is not None)
@@ -133,5 +146,5 @@ def parse(obj: dict[str, Any], ctx: Context) -> Imported:
                     approximate={k: v for k, v in notes.items() if k in caps})
 
 
-FORMATS.add("jsonl", LogFormat("jsonl", looks_like, parse,
+FORMATS.add("jsonl", LogFormat("jsonl", fits, parse,
                                "confide's own form: question, answer, optional statistics"))

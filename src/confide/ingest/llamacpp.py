@@ -42,6 +42,16 @@ Tokens past the answer text (the end-of-sequence token's empty piece, a stop
 word) are left out. A reply is one answer: these servers give no samples
 (``answer="greedy-file"`` groups nothing either).
 
+Each token's listed probabilities may not sum above 1 and must agree with the chosen
+token's, and the tokens must spell the text (:mod:`confide.ingest.common`, "Untrusted
+input").
+
+Detected (``format="auto"``) by ``completion_probabilities``, or ``content`` with one
+of llama.cpp's ``stop``, ``tokens_predicted``, ``generation_settings``, ``stop_type``
+(llama.cpp); by ``done`` with a text ``response`` or a ``message`` (Ollama); or,
+nested, by a ``response`` holding such a reply (a format whose fields are the record's
+own is preferred to it).
+
 Capabilities: ``token_logprobs`` and ``top_logprobs`` where the reply has them;
 ``token_entropies`` as lower bounds from the top-n only from the model's own
 log-probabilities (newer ``logprob`` shape, Ollama, older shape under greedy
@@ -58,13 +68,17 @@ from confide.ingest.common import (
     FORMATS,
     BadField,
     Context,
+    Fit,
     Imported,
     LogFormat,
     Step,
     build_generation,
     capabilities_of,
     check_logprob,
+    check_mass,
     check_prob,
+    check_spelling,
+    check_step,
     get_list,
     get_str,
     item_id,
@@ -73,28 +87,47 @@ from confide.ingest.common import (
     text_prompt,
 )
 
-__all__ = ["looks_like", "parse"]
+__all__ = ["fits", "parse"]
 
 _POST_SAMPLING = ("probabilities after llama.cpp's samplers (top-k/top-p truncate and "
                   "renormalise them), not the model's distribution")
 
 
-def _is_reply(value: Any) -> bool:
+def _reply_kind(value: Any) -> str | None:
+    """``"llama.cpp"`` or ``"Ollama"`` for a reply of either, else None."""
     if not isinstance(value, dict):
-        return False
+        return None
     if "completion_probabilities" in value:
-        return True
+        return "llama.cpp"
     if isinstance(value.get("content"), str) and any(
             k in value for k in ("stop", "tokens_predicted", "generation_settings", "stop_type")):
-        return True
+        return "llama.cpp"
     # Ollama: /api/generate has "response" text, /api/chat a "message"; both say "done"
-    return "done" in value and (isinstance(value.get("response"), str)
-                                or isinstance(value.get("message"), dict))
+    if "done" in value and (isinstance(value.get("response"), str)
+                            or isinstance(value.get("message"), dict)):
+        return "Ollama"
+    return None
 
 
-def looks_like(obj: dict[str, Any]) -> bool:
-    """A llama.cpp ``/completion`` reply, an Ollama reply, or a request/reply pair of one."""
-    return _is_reply(obj) or _is_reply(obj.get("response"))
+def _is_reply(value: Any) -> bool:
+    return _reply_kind(value) is not None
+
+
+_SHAPES = {"llama.cpp": "llama.cpp's 'content' with 'stop', 'tokens_predicted' or "
+                        "'completion_probabilities' (a llama.cpp /completion reply)",
+           "Ollama": "'done' with a text 'response' or a 'message' (an Ollama reply)"}
+
+
+def fits(obj: dict[str, Any]) -> Fit | None:
+    """A llama.cpp ``/completion`` reply, an Ollama reply, or (nested) a request/reply
+    pair of one."""
+    kind = _reply_kind(obj)
+    if kind is not None:
+        return Fit(_SHAPES[kind])
+    kind = _reply_kind(obj.get("response"))
+    if kind is not None:
+        return Fit(f"a 'response' holding {_SHAPES[kind]}", nested=True)
+    return None
 
 
 def _log(p: float) -> float:
@@ -148,6 +181,7 @@ def _new_steps(probs: list[Any], where: str) -> tuple[list[Step], bool]:
             logprob = check_logprob(entry["logprob"], f"{at}.logprob")
             top = _alternatives(entry.get("top_logprobs"), f"{at}.top_logprobs", "logprob",
                                 "token")
+            check_step(token, logprob, top, f"{at}.logprob", f"{at}.top_logprobs")
         elif "prob" in entry:
             exact = False
             p = check_prob(entry["prob"], f"{at}.prob")
@@ -155,6 +189,7 @@ def _new_steps(probs: list[Any], where: str) -> tuple[list[Step], bool]:
                 raise BadField(f"{at}.prob", "the chosen token has probability 0")
             logprob = math.log(p)
             top = _alternatives(entry.get("top_probs"), f"{at}.top_probs", "prob", "token")
+            check_step(token, logprob, top, f"{at}.prob", f"{at}.top_probs")
         else:
             raise BadField(at, "needs 'logprob' (or 'prob' with post_sampling_probs)")
         steps.append(Step(token, logprob, top, token_id=_token_id(entry, at)))
@@ -171,6 +206,7 @@ def _old_steps(probs: list[Any], where: str) -> list[Step]:
         if token is None:
             raise BadField(f"{at}.content", "missing")
         top = _alternatives(entry.get("probs"), f"{at}.probs", "prob", "tok_str")
+        check_mass(sum(math.exp(v) for _, v in top), f"{at}.probs")
         chosen = next((v for tok, v in top if tok == token), None)
         if chosen is not None and chosen == -math.inf:
             raise BadField(f"{at}.probs", "the chosen token has probability 0")
@@ -209,6 +245,7 @@ def parse(obj: dict[str, Any], ctx: Context) -> Imported:
     bounds = ctx.entropy_bounds
     if "content" in reply or "completion_probabilities" in reply:  # llama.cpp
         text = get_str(reply, "content", f"{where}content", default="", allow_none=True) or ""
+        where_steps = "completion_probabilities"
         probs = get_list(reply, "completion_probabilities", f"{where}completion_probabilities")
         if probs:
             first = probs[0] if isinstance(probs[0], dict) else {}
@@ -231,10 +268,13 @@ def parse(obj: dict[str, Any], ctx: Context) -> Imported:
         else:
             text = get_str(reply, "response", f"{where}response", default="",
                            allow_none=True) or ""
+        where_steps = "logprobs"
         lps = get_list(reply, "logprobs", f"{where}logprobs")
         if lps is not None:
             steps, _ = _new_steps(lps, f"{where}logprobs")
         limit = reply.get("done_reason") == "length"
+    if steps:
+        check_spelling([s.token for s in steps], text, f"{where}{where_steps}")
     greedy, more = build_generation(text, steps, finish_reason="length" if limit else "stop",
                                     bounds=bounds)
     notes = {**more, **notes}
@@ -258,5 +298,5 @@ def parse(obj: dict[str, Any], ctx: Context) -> Imported:
                     capabilities=caps, approximate={k: v for k, v in notes.items() if k in caps})
 
 
-FORMATS.add("llamacpp", LogFormat("llamacpp", looks_like, parse,
+FORMATS.add("llamacpp", LogFormat("llamacpp", fits, parse,
                                   "llama.cpp /completion and Ollama replies"))

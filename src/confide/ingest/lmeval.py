@@ -64,6 +64,7 @@ from confide.ingest.common import (
     FORMATS,
     BadField,
     Context,
+    Fit,
     Imported,
     LogFormat,
     capabilities_of,
@@ -73,7 +74,7 @@ from confide.ingest.common import (
 )
 from confide.tasks.base import LETTERS
 
-__all__ = ["looks_like", "option_probability", "parse"]
+__all__ = ["fits", "option_probability", "parse"]
 
 _TASK = re.compile(r"^samples_(.+?)(?:_\d{4}-\d{2}-\d{2}T[\d\-.:]+)?$")
 
@@ -143,9 +144,12 @@ def _option_probability(values: np.ndarray) -> float:
     return float(1.0 / np.exp(values - values.max()).sum())
 
 
-def looks_like(obj: dict[str, Any]) -> bool:
+def fits(obj: dict[str, Any]) -> Fit | None:
     """A record with ``doc_id`` and ``resps`` (or ``arguments``)."""
-    return "doc_id" in obj and ("resps" in obj or "arguments" in obj)
+    if "doc_id" in obj and ("resps" in obj or "arguments" in obj):
+        return Fit("'doc_id' with 'resps' or 'arguments' (an lm-evaluation-harness "
+                   "--log_samples record)")
+    return None
 
 
 def _arguments(obj: dict[str, Any]) -> list[list[Any]]:
@@ -299,5 +303,5 @@ def parse(obj: dict[str, Any], ctx: Context) -> Imported:
                     capabilities=caps)
 
 
-FORMATS.add("lmeval", LogFormat("lmeval", looks_like, parse,
+FORMATS.add("lmeval", LogFormat("lmeval", fits, parse,
                                 "lm-evaluation-harness --log_samples records"))

@@ -47,6 +47,17 @@ Capabilities: ``token_logprobs`` and ``top_logprobs`` where the response has the
 (legacy prompts scored along with the answer: a null first log-probability) and
 streamed chunks (``chat.completion.chunk``) are refused with a message saying so.
 
+Checked before a choice is read (:mod:`confide.ingest.common`, "Untrusted input"):
+the ``index`` values are ``0 .. n-1``, each once (a negative one would make a sample
+the graded answer); each token's alternatives sum to at most probability 1 and agree
+with the chosen token's log-probability; the tokens spell the text.
+
+Detected (``format="auto"``) by a ``choices`` list of objects with ``message``,
+``text`` or ``delta`` (or an ``object`` naming a response), by ``custom_id`` with
+``response`` or ``error`` (a Batch API line), or, nested, by a ``response`` holding
+such a response (a logging proxy's pair; a format whose fields are the record's own is
+preferred to it).
+
 Each choice is read by the ``openai`` backend's own reader,
 :func:`confide.backends.openai_logprobs.generation_from_choice`, so a logged
 reply gives the generation the backend would have made of it (the same text,
@@ -67,13 +78,19 @@ from confide.backends.topk import topk_entropies
 from confide.core.records import Generation, Item
 from confide.ingest.common import (
     FORMATS,
+    LOGPROB_TOLERANCE,
+    MASS_TOLERANCE,
     BadField,
     Context,
+    Fit,
     Imported,
     LogFormat,
     capabilities_of,
     check_logprob,
+    check_spelling,
+    check_step,
     get_list,
+    index_order,
     item_id,
     label_from,
     need_list,
@@ -81,26 +98,36 @@ from confide.ingest.common import (
     text_prompt,
 )
 
-__all__ = ["looks_like", "parse"]
+__all__ = ["fits", "parse"]
 
-_OBJECTS = ("chat.completion", "text_completion")
+_OBJECTS = ("chat.completion", "text_completion", "chat.completion.chunk")
 _NUMBER = (float, int)  # exact types: a bool is not a log-probability
+_TOLERANCE = 1.0 + MASS_TOLERANCE
 
 
 def _is_response(value: Any) -> bool:
-    return isinstance(value, dict) and (isinstance(value.get("choices"), list)
-                                        or value.get("object") in _OBJECTS)
-
-
-def looks_like(obj: dict[str, Any]) -> bool:
-    """A response object, a Batch API output line or a request/response pair."""
-    if _is_response(obj):
+    if not isinstance(value, dict):
+        return False
+    if value.get("object") in _OBJECTS:
         return True
+    choices = value.get("choices")
+    return (isinstance(choices, list) and bool(choices) and isinstance(choices[0], dict)
+            and any(k in choices[0] for k in ("message", "text", "delta")))
+
+
+def fits(obj: dict[str, Any]) -> Fit | None:
+    """A response object, a Batch API output line, or (nested) a request/response pair."""
+    if _is_response(obj):
+        return Fit("a 'choices' list of objects with 'message' or 'text' (an OpenAI "
+                   "response)")
+    if "custom_id" in obj and ("response" in obj or "error" in obj):
+        return Fit("'custom_id' with 'response' or 'error' (an OpenAI Batch API output line)")
     response = obj.get("response")
     if isinstance(response, dict) and (_is_response(response)
                                        or _is_response(response.get("body"))):
-        return True
-    return "custom_id" in obj and ("response" in obj or "error" in obj)
+        return Fit("a 'response' holding an OpenAI response (a logging proxy's pair)",
+                   nested=True)
+    return None
 
 
 def _unwrap(obj: dict[str, Any]) -> tuple[dict[str, Any], str, dict[str, Any] | None]:
@@ -153,34 +180,46 @@ def _prompt(obj: dict[str, Any], request: dict[str, Any] | None
 
 
 def _chat_well_formed(content: list[Any]) -> bool:
-    """Whether every entry of ``logprobs.content`` is well formed, in one tight loop (the
-    common case; :func:`_check_chat` names the field at fault otherwise)."""
-    inf = math.inf
+    """Whether every entry of ``logprobs.content`` is well formed and consistent, in one
+    tight loop (the common case; :func:`_check_chat` names the field at fault otherwise)."""
+    inf, exp = math.inf, math.exp
     try:
         for entry in content:
-            lp = entry["logprob"]
-            if type(entry["token"]) is not str or type(lp) not in _NUMBER or not -inf < lp <= 0:
+            lp, token = entry["logprob"], entry["token"]
+            if type(token) is not str or type(lp) not in _NUMBER or not -inf < lp <= 0:
                 return False
             alts = entry.get("top_logprobs")
             if alts is None:
                 continue
             if type(alts) is not list:
                 return False
+            mass, listed, agrees = 0.0, False, False
             for alt in alts:
                 v = alt["logprob"]
                 if type(alt["token"]) is not str or type(v) not in _NUMBER or not -inf < v <= 0:
                     return False
+                mass += exp(v)
+                if alt["token"] == token:
+                    listed = True
+                    agrees = agrees or abs(v - lp) <= LOGPROB_TOLERANCE
+            if (mass if listed else mass + exp(lp)) > _TOLERANCE or (listed and not agrees):
+                return False
     except (KeyError, TypeError):
         return False
     return True
 
 
-def _check_chat(lp: dict[str, Any], where: str) -> None:
+def _check_chat(lp: dict[str, Any], where: str, text: str) -> None:
     content = lp.get("content")
     if content is None:
         return
-    if isinstance(content, list) and _chat_well_formed(content):
-        return
+    if not (isinstance(content, list) and _chat_well_formed(content)):
+        _find_chat_fault(content, where)
+    if content:
+        check_spelling([entry["token"] for entry in content], text, f"{where}.content")
+
+
+def _find_chat_fault(content: Any, where: str) -> None:
     if not isinstance(content, list):
         raise BadField(f"{where}.content", "must be a list")
     for t, entry in enumerate(content):
@@ -191,17 +230,20 @@ def _check_chat(lp: dict[str, Any], where: str) -> None:
             raise BadField(f"{at}.token", "must be text" if "token" in entry else "missing")
         if "logprob" not in entry:
             raise BadField(f"{at}.logprob", "missing")
-        check_logprob(entry["logprob"], f"{at}.logprob")
+        logprob = check_logprob(entry["logprob"], f"{at}.logprob")
+        top = []
         for j, alt in enumerate(get_list(entry, "top_logprobs", f"{at}.top_logprobs") or []):
             aw = f"{at}.top_logprobs[{j}]"
             if not isinstance(alt, dict):
                 raise BadField(aw, "must be an object")
             if not isinstance(alt.get("token"), str):
                 raise BadField(f"{aw}.token", "must be text" if "token" in alt else "missing")
-            check_logprob(alt.get("logprob"), f"{aw}.logprob")
+            top.append((alt["token"], check_logprob(alt.get("logprob"), f"{aw}.logprob")))
+        if top:
+            check_step(entry["token"], logprob, top, f"{at}.logprob", f"{at}.top_logprobs")
 
 
-def _check_legacy(lp: dict[str, Any], where: str) -> None:
+def _check_legacy(lp: dict[str, Any], where: str, text: str) -> None:
     tokens = get_list(lp, "tokens", f"{where}.tokens")
     if tokens is None:
         return
@@ -218,8 +260,13 @@ def _check_legacy(lp: dict[str, Any], where: str) -> None:
             continue
         if not isinstance(alts, dict):
             raise BadField(f"{where}.top_logprobs[{t}]", "must be a {token: logprob} object")
-        for key, value in alts.items():
-            check_logprob(value, f"{where}.top_logprobs[{t}][{key!r}]")
+        top = [(key, check_logprob(value, f"{where}.top_logprobs[{t}][{key!r}]"))
+               for key, value in alts.items()]
+        if t < len(tokens) and t < len(values) and isinstance(tokens[t], str):
+            check_step(tokens[t], values[t], top, f"{where}.token_logprobs[{t}]",
+                       f"{where}.top_logprobs[{t}]")
+    if tokens and all(isinstance(token, str) for token in tokens):
+        check_spelling(tokens, text, f"{where}.tokens")
 
 
 def _choice(choice: Any, where: str, ctx: Context) -> tuple[Generation, dict[str, str]]:
@@ -232,15 +279,17 @@ def _choice(choice: Any, where: str, ctx: Context) -> tuple[Generation, dict[str
     if finish is not None and not isinstance(finish, str):
         raise BadField(f"{where}.finish_reason", "must be text")
     lp = choice.get("logprobs")
-    if lp is not None:
-        if not isinstance(lp, dict):
-            raise BadField(f"{where}.logprobs", "must be an object")
-        if "content" in lp:
-            _check_chat(lp, f"{where}.logprobs")
-        else:
-            _check_legacy(lp, f"{where}.logprobs")
     try:  # the openai backend's reading of a choice, so both agree
-        gen = generation_from_choice(choice, top_k_alternatives=1)
+        gen = generation_from_choice(choice, logprobs=False)
+        if lp is not None:
+            if not isinstance(lp, dict):
+                raise BadField(f"{where}.logprobs", "must be an object")
+            text = _raw_text(choice)
+            if "content" in lp:
+                _check_chat(lp, f"{where}.logprobs", text)
+            else:
+                _check_legacy(lp, f"{where}.logprobs", text)
+            gen = generation_from_choice(choice, top_k_alternatives=1)
     except MalformedResponse as exc:
         raise BadField(f"{where}.{exc.field}" if exc.field else where, str(exc)) from None
     if not gen.tokens and gen.text:  # an empty token list with an answer: no statistics
@@ -249,6 +298,14 @@ def _choice(choice: Any, where: str, ctx: Context) -> tuple[Generation, dict[str
     if ctx.entropy_bounds and gen.top_logprobs is not None:  # as the openai backend does
         gen.token_entropies, notes = topk_entropies(gen)
     return gen, notes
+
+
+def _raw_text(choice: dict[str, Any]) -> str:
+    """The choice's answer text, unstripped (read after ``generation_from_choice``
+    accepted the choice: the message or text is there, as text or null)."""
+    message = choice.get("message")
+    raw = message.get("content") if isinstance(message, dict) else choice.get("text")
+    return raw or ""
 
 
 def _item_id(obj: dict[str, Any], body: dict[str, Any], ctx: Context) -> str:
@@ -267,14 +324,9 @@ def parse(obj: dict[str, Any], ctx: Context) -> Imported:
     choices = need_list(body, "choices", f"{where}choices")
     if not choices:
         raise BadField(f"{where}choices", "no choices")
-    indexed = []
-    for i, c in enumerate(choices):
-        index = c.get("index", i) if isinstance(c, dict) else i
-        if isinstance(index, bool) or not isinstance(index, int):
-            raise BadField(f"{where}choices[{i}].index", "must be an integer")
-        indexed.append((index, i, c))
-    indexed.sort(key=lambda x: (x[0], x[1]))
-    gens = [_choice(c, f"{where}choices[{i}]", ctx) for _, i, c in indexed]
+    order = index_order([c.get("index") if isinstance(c, dict) else None for c in choices],
+                        lambda i: f"{where}choices[{i}].index")
+    gens = [_choice(choices[i], f"{where}choices[{i}]", ctx) for i in order]
     greedy, notes = gens[0]
     samples = [g for g, _ in gens[1:]]
     for _, more in gens[1:]:
@@ -291,5 +343,5 @@ def parse(obj: dict[str, Any], ctx: Context) -> Imported:
                     approximate={k: v for k, v in notes.items() if k in caps})
 
 
-FORMATS.add("openai", LogFormat("openai", looks_like, parse,
+FORMATS.add("openai", LogFormat("openai", fits, parse,
                                 "OpenAI-compatible responses, Batch API output, proxy logs"))

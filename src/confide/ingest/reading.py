@@ -16,6 +16,7 @@ from confide.ingest.common import (
     FORMATS,
     BadField,
     Context,
+    Fit,
     Imported,
     capabilities_of,
     decode_line,
@@ -24,13 +25,16 @@ from confide.ingest.common import (
     iter_json_records,
 )
 from confide.ingest.lmeval import option_probability
+from confide.ingest.sources import log_source, log_stem
 from confide.tasks.base import BadRecords
 
 __all__ = ["ANSWER_MODES", "DETECTION_ORDER", "FORMATS", "Imported", "ImportedStream",
-           "decode_line", "detect_format", "duplicate_id", "file_layout", "is_blank",
+           "decode_line", "detect", "detect_format", "duplicate_id", "file_layout", "is_blank",
            "option_probability", "parse_value", "read_generations"]
 
-#: Formats tried by ``format="auto"``, in this order (the loosest last).
+#: Formats tried by ``format="auto"``: a record must have the required fields of exactly
+#: one of them (a format whose fields are nested in ``response`` yields to one whose
+#: fields are the record's own); this order is only the order messages list them in.
 DETECTION_ORDER = ("lmeval", "openai", "vllm", "llamacpp", "jsonl")
 #: ``answer="first"``: a record's first choice is the answer, the rest samples.
 #: ``answer="greedy-file"``: every choice is a sample; the answer is the first choice
@@ -39,20 +43,44 @@ ANSWER_MODES = ("first", "greedy-file")
 
 
 def _check_path(path: str | Path) -> Path:
-    p = Path(path)
-    if not p.is_file():
-        raise InvalidInputError("no such file", file=str(p))
-    return p
+    return log_source(path).path
 
 
-def _detect(obj: dict[str, Any], source: str, line: int) -> str:
-    for name in DETECTION_ORDER:
-        if FORMATS[name].looks_like(obj):
-            return name
+def _detect(obj: dict[str, Any], source: str, line: int) -> tuple[str, Fit]:
+    fitting = {name: fit for name in DETECTION_ORDER
+               if (fit := FORMATS[name].fits(obj)) is not None}
+    # a format whose fields are the record's own wins over one that reads a nested reply
+    chosen = {name: fit for name, fit in fitting.items() if not fit.nested} or fitting
+    if len(chosen) == 1:
+        return next(iter(chosen.items()))
+    if chosen:
+        why = "; ".join(f"{name}: {fit.why}" for name, fit in chosen.items())
+        raise InvalidInputError(
+            f"the record fits more than one log format ({why}); say which it is with "
+            f"format= (--format), one of {', '.join(chosen)}",
+            file=source, line=line, field="format")
     keys = ", ".join(sorted(map(str, obj))[:12]) or "none"
     raise InvalidInputError(
         f"not a known log format (its keys: {keys}); give format= one of "
         f"{', '.join(DETECTION_ORDER)}", file=source, line=line, field="format")
+
+
+def detect(path: str | Path) -> tuple[str, str]:
+    """The format of a log file and why, from its first record: ``(name, reason)``,
+    the reason naming the fields that decided (see :func:`detect_format`)."""
+    p = _check_path(path)
+    first_bad: InvalidInputError | None = None
+    for line, obj in iter_json_records(p, str(path)):
+        if isinstance(obj, dict):
+            name, fit = _detect(obj, str(path), line)
+            return name, fit.why
+        if isinstance(obj, BadField) and first_bad is None:
+            first_bad = InvalidInputError(obj.message, file=str(path), line=line,
+                                          field=obj.field)
+    if first_bad is not None:  # what the reader would say of the file's first record
+        raise first_bad
+    raise InvalidInputError("no JSON object records (the file is empty, or no line is a "
+                            "JSON object)", file=str(path))
 
 
 def detect_format(path: str | Path) -> str:
@@ -60,26 +88,22 @@ def detect_format(path: str | Path) -> str:
 
     Parameters
     ----------
-    path : the log file (JSON Lines, one JSON array, or pretty-printed objects); the
-        first record that is a JSON object decides (lines that are not are the
-        reader's to report).
+    path : the log file (JSON Lines, one JSON array, or pretty-printed objects; plain or
+        compressed with gzip, bzip2 or xz); the first record that is a JSON object
+        decides (lines that are not are the reader's to report).
 
     Returns
     -------
     str
-        One of :data:`DETECTION_ORDER`, tried in that order.
+        The one format of :data:`DETECTION_ORDER` whose required fields the record has.
 
     Raises
     ------
     InvalidInputError
-        The file is missing, empty, or its first record matches no format.
+        The file is missing, empty, its first record matches no format, or it matches
+        several (then ``format=`` must say which).
     """
-    p = _check_path(path)
-    for line, obj in iter_json_records(p, str(p)):
-        if isinstance(obj, dict):
-            return _detect(obj, str(p), line)
-    raise InvalidInputError("no JSON object records (the file is empty, or no line is a "
-                            "JSON object)", file=str(p))
+    return detect(path)[0]
 
 
 class ImportedStream(Iterator[Imported]):
@@ -184,7 +208,7 @@ def parse_value(obj: Any, line: int, path: Path, fmt: str, *, label_field: str |
     if not isinstance(obj, dict):
         raise InvalidInputError(f"expected a JSON object, got {type(obj).__name__}",
                                 file=source, line=line, field="record")
-    ctx = Context(source=source, stem=path.stem, line=line, label_field=label_field,
+    ctx = Context(source=source, stem=log_stem(path), line=line, label_field=label_field,
                   entropy_bounds=entropy_bounds)
     try:
         return FORMATS[fmt].parse(obj, ctx)

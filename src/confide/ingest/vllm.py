@@ -32,7 +32,13 @@ log-probs              ``outputs[i].logprobs[t][str(token_ids[t])].logprob``; th
 finish_reason          ``finish_reason`` (``"length"`` stays, anything else ``"stop"``)
 =====================  ==========================================================
 
-``cumulative_logprob`` and ``prompt_logprobs`` are not used.
+``cumulative_logprob`` and ``prompt_logprobs`` are not used. The ``index`` values
+must be ``0 .. n-1``, each once; a step's entries (distinct token ids) may not sum
+above probability 1, and the decoded tokens must spell the text
+(:mod:`confide.ingest.common`, "Untrusted input").
+
+Detected (``format="auto"``) by an ``outputs`` list of objects with ``text`` or
+``token_ids``.
 
 Answer tokens, as the ``vllm`` backend takes them: a final end-of-sequence (or
 stop-token) token is left out (``finish_reason == "stop"`` with ``stop_reason``
@@ -50,6 +56,7 @@ likely of them is set apart (it may be the one vLLM adds).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from confide.backends.topk import contiguous_ranks
@@ -58,14 +65,18 @@ from confide.ingest.common import (
     FORMATS,
     BadField,
     Context,
+    Fit,
     Imported,
     LogFormat,
     Step,
     build_generation,
     capabilities_of,
     check_logprob,
+    check_mass,
+    check_spelling,
     get_list,
     get_str,
+    index_order,
     item_id,
     label_from,
     need_list,
@@ -73,14 +84,17 @@ from confide.ingest.common import (
     text_prompt,
 )
 
-__all__ = ["looks_like", "parse"]
+__all__ = ["fits", "parse"]
 
 
-def looks_like(obj: dict[str, Any]) -> bool:
+def fits(obj: dict[str, Any]) -> Fit | None:
     """A record with an ``outputs`` list of objects holding ``text`` or ``token_ids``."""
     outputs = obj.get("outputs")
-    return (isinstance(outputs, list) and bool(outputs) and isinstance(outputs[0], dict)
-            and ("token_ids" in outputs[0] or "text" in outputs[0]))
+    if (isinstance(outputs, list) and bool(outputs) and isinstance(outputs[0], dict)
+            and ("token_ids" in outputs[0] or "text" in outputs[0])):
+        return Fit("an 'outputs' list of objects with 'text' or 'token_ids' (a vLLM "
+                   "RequestOutput)")
+    return None
 
 
 def _entry(value: Any, where: str) -> tuple[float, int | None, str | None]:
@@ -110,6 +124,7 @@ def _step(entries: Any, chosen: int, where: str) -> tuple[Step, bool]:
         parsed[tid] = _entry(value, f"{where}[{key!r}]")
     if chosen not in parsed:
         raise BadField(where, f"the chosen token {chosen} is not among the step's entries")
+    check_mass(sum(math.exp(v[0]) for v in parsed.values()), where)
     logprob, _, decoded = parsed[chosen]
 
     def text(tid: int) -> str:
@@ -159,6 +174,8 @@ def _output(out: Any, where: str, ctx: Context) -> tuple[Generation, dict[str, s
             step, has_text = _step(steps_raw[t], ids[t], f"{where}.logprobs[{t}]")
             steps.append(step)
             known = known and has_text
+    if steps and known:
+        check_spelling([s.token for s in steps], text, f"{where}.logprobs")
     gen, notes = build_generation(text, steps, finish_reason="length" if finish == "length"
                                   else "stop", cut=known, bounds=ctx.entropy_bounds,
                                   token_ids=ids[:n], tokens_known=known)
@@ -170,9 +187,8 @@ def parse(obj: dict[str, Any], ctx: Context) -> Imported:
     outputs = need_list(obj, "outputs", "outputs")
     if not outputs:
         raise BadField("outputs", "no outputs")
-    order = sorted(range(len(outputs)), key=lambda i: (
-        outputs[i].get("index", i) if isinstance(outputs[i], dict)
-        and isinstance(outputs[i].get("index", i), int) else i, i))
+    order = index_order([o.get("index") if isinstance(o, dict) else None for o in outputs],
+                        lambda i: f"outputs[{i}].index")
     gens = [_output(outputs[i], f"outputs[{i}]", ctx) for i in order]
     greedy, notes = gens[0]
     samples = [g for g, _ in gens[1:]]
@@ -192,5 +208,5 @@ def parse(obj: dict[str, Any], ctx: Context) -> Imported:
                     approximate={k: v for k, v in notes.items() if k in caps})
 
 
-FORMATS.add("vllm", LogFormat("vllm", looks_like, parse,
+FORMATS.add("vllm", LogFormat("vllm", fits, parse,
                               "vLLM offline RequestOutput dumps (outputs[*].logprobs)"))

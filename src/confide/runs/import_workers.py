@@ -28,6 +28,7 @@ from confide.ingest import (
     is_blank,
     parse_value,
 )
+from confide.ingest.sources import is_compressed
 from confide.pipeline.answering import grade_record
 from confide.pipeline.scorer_plan import Capabilities, ScorerPlan, score_record
 from confide.scorers import SCORERS, ScoringContext
@@ -124,7 +125,9 @@ def worker_count(workers: int | None, path: Path, greedy_file: str | Path | None
                                 or workers < 1):
         raise InvalidInputError(f"must be a positive integer or None, not {workers!r}",
                                 field="workers")
-    if greedy_file is not None or file_layout(path) != "lines":
+    # workers read lines by byte offset: a plain JSON Lines file only
+    if (greedy_file is not None or is_compressed(path)
+            or file_layout(path, str(path)) != "lines"):
         return 1
     if workers is None:
         if path.stat().st_size < PARALLEL_MIN_BYTES:

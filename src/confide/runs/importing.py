@@ -308,6 +308,7 @@ def import_file(path: str | Path, out: str | Path, *, format: str = "auto",
         store.check_backend({"backend": "import", "format": stream.format, "model": model})
         if store.get_meta("import_complete"):  # the same file, the same settings: done
             return _outcome(store, source, stream.format, 0, len(store), began)
+        store.set_meta("import_status", {"complete": False})  # under way
         state = store.get_meta("import_state") or {}
         fed: set[str] = set(state.get("fed", []))
         seen: set[str] = set(state.get("capabilities", []))
@@ -355,9 +356,10 @@ def import_file(path: str | Path, out: str | Path, *, format: str = "auto",
                         flush()
                 if progress is not None:
                     progress(position + 1)
-        except BaseException:  # keep the complete records read so far (Ctrl-C, a bad one)
+        except BaseException as exc:  # keep the complete records read so far (Ctrl-C, a bad one)
             try:
                 flush()
+                store.set_meta("import_status", _stopped(exc))
             except StoreError:  # the store itself failed: the first error tells
                 pass
             raise
@@ -375,8 +377,20 @@ def import_file(path: str | Path, out: str | Path, *, format: str = "auto",
         skipped = bad.skipped if n_workers > 1 else stream.skipped
         store.set_meta("skipped_records", [list(x) for x in skipped])
         store.set_meta("import_complete", True)
+        store.set_meta("import_status", {"complete": True, "skipped": len(skipped)})
         return _outcome(store, source, stream.format, counts["imported"], counts["resumed"],
                         began)
+
+
+def _stopped(exc: BaseException) -> dict[str, Any]:
+    """The meta ``import_status`` of an import that ``exc`` stopped: where and why, for
+    a bad record (:meth:`confide.runs.stored.Run.notes` says it under every table)."""
+    if isinstance(exc, InvalidInputError) and exc.file is not None:
+        prefix = f"{exc.file}:{exc.line}: " if exc.line is not None else f"{exc.file}: "
+        return {"complete": False, "stopped_at": {"file": exc.file, "line": exc.line},
+                "reason": str(exc).removeprefix(prefix)}
+    return {"complete": False, "reason": "interrupted" if isinstance(exc, KeyboardInterrupt)
+            else type(exc).__name__}
 
 
 _TOP = re.compile(r"^(.*\btop )(\d+)(?: to (\d+))?( .*)$")
