@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -156,6 +157,17 @@ def test_ray_run_equals_single_process_run(ray_address, config, reference, tmp_p
     outcome = execute(config, tmp_path, ray="local", workers=2, threads_per_worker=THREADS)
     assert outcome.generated == outcome.total == 6
     assert _records(tmp_path) == reference
+
+
+def test_ray_starts_no_more_workers_than_blocks_and_says_so(ray_address, config, tmp_path):
+    # Two items in one block: a hundred workers asked, one started, and the run says why.
+    two = replace(config, limit=2)
+    outcome = execute(two, tmp_path, ray="local", workers=100, threads_per_worker=THREADS)
+    assert outcome.generated == 2
+    (note,) = outcome.notes
+    assert note.startswith("Ray workers: 1 started, not the 100 asked (--workers): the run "
+                           "has 1 block(s) of 2 items")
+    assert note in open_run(tmp_path).compute_table(n_resamples=10).notes
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")

@@ -78,7 +78,7 @@ def test_triviaqa_items_and_prompts():
     assert chat.render(first, chat=True) == [{"role": "user", "content": "Q: " + first.prompt}]
 
 
-def test_triviaqa_full_file_drops_exemplars_and_hashes_data(tmp_path):
+def test_triviaqa_full_file_keeps_items_equal_to_exemplars_and_hashes_data(tmp_path):
     src = load_task("triviaqa").config()
     lines = Path(src["data_file"]).read_text(encoding="utf-8").splitlines()
     fewshot = load_task("triviaqa").fewshot
@@ -87,8 +87,17 @@ def test_triviaqa_full_file_drops_exemplars_and_hashes_data(tmp_path):
     path = tmp_path / "full.jsonl"
     path.write_text("\n".join([*lines[:3], ex_line]) + "\n", encoding="utf-8")
     task = load_task("triviaqa", data_path=str(path))
-    assert [it.id for it in task.items] == ["triviaqa-0", "triviaqa-1", "triviaqa-2"]
+    assert [it.id for it in task.items] == ["triviaqa-0", "triviaqa-1", "triviaqa-2",
+                                            "triviaqa-3"]
     assert task.config()["options"]["excluded_as_exemplars"] == 1
+    # its own exemplar is left out of its prompt: the other four remain, no answer given
+    own = task.render(task.items[3], chat=False)
+    assert own.count("Question:") == 5 and "Bonn" not in own
+    assert own.endswith(f"Question: {fewshot[0].prompt}\nAnswer:")
+    assert task.render(task.items[0], chat=False).count(fewshot[0].prompt) == 1
+    # counted over the items a limit keeps
+    assert load_task("triviaqa", data_path=str(path), limit=3).options[
+        "excluded_as_exemplars"] == 0
     before = task.config()["data_sha256"]
     path.write_text("\n".join(lines[:3]) + "\n", encoding="utf-8")
     assert load_task("triviaqa", data_path=str(path)).config()["data_sha256"] != before

@@ -54,17 +54,21 @@ def test_user_prompt_explicit_kshot_equals_auto(qa_file):
     assert auto.render(auto.items[1], chat=True) == kshot.render(kshot.items[1], chat=True)
 
 
-def test_user_prompt_fewshot_file_exemplars_used_never_evaluated(tmp_path, qa_file):
+def test_user_prompt_fewshot_file_exemplars_never_in_their_own_prompt(tmp_path, qa_file):
     fewshot = _write(tmp_path / "shots.jsonl", [
         {"id": "e1", "question": "What is the capital of Italy?", "references": ["Rome"]},
         {"id": "e2", "question": "Who wrote Hamlet?", "references": ["Shakespeare"]}])
     task = load_task(qa_file, fewshot=fewshot)
-    assert [it.id for it in task.items] == ["q1", "q3"]  # q2 is an exemplar's question
+    assert [it.id for it in task.items] == ["q1", "q2", "q3"]  # q2 asks e2's question
     text = task.render(task.items[0], chat=True)
     assert text == ("Question: What is the capital of Italy?\nAnswer: Rome\n\n"
                     "Question: Who wrote Hamlet?\nAnswer: Shakespeare\n\n"
                     "Question: What is the capital of France?\nAnswer:")
     assert "Bonn" not in text  # not TriviaQA's exemplars
+    # q2 is asked without the exemplar that answers it: one shot fewer
+    assert task.render(task.items[1], chat=True) == (
+        "Question: What is the capital of Italy?\nAnswer: Rome\n\n"
+        "Question: Who wrote Hamlet?\nAnswer:")
     options = task.config()["options"]
     assert options["fewshot"] == fewshot and options["excluded_as_exemplars"] == 1
     assert len(options["fewshot_sha256"]) == 64
@@ -82,8 +86,10 @@ def test_user_prompt_fewshot_file_errors(tmp_path, qa_file):
     unanswered = _write(tmp_path / "shots.jsonl", [{"id": "e1", "question": "Why?"}])
     with pytest.raises(InvalidInputError, match="shots.jsonl: references: exemplar 'e1'"):
         load_task(qa_file, fewshot=unanswered)
-    with pytest.raises(InvalidInputError, match="every record is a few-shot exemplar"):
-        load_task(qa_file, fewshot=qa_file)
+    # the data as its own exemplars: every item is prompted with the others
+    itself = load_task(qa_file, fewshot=qa_file)
+    assert len(itself.items) == 3 and itself.options["excluded_as_exemplars"] == 3
+    assert all(itself.render(it, chat=False).count("Question:") == 3 for it in itself.items)
 
 
 def test_user_prompt_chat_gives_chat_messages(qa_file):

@@ -340,6 +340,8 @@ def evaluate_records(records: list[Record], *, grader: str, scorers: list[str] |
                   if compare else Comparison())
     if any(row.vs_best for row in rows):
         notes.append(POST_SELECTION.format(n=comparison.n_common))
+    if undefined := _undefined_note(grader, binary, rows, metrics):
+        notes.append(undefined)
     table = EvalTable(grader, len(records), len(graded), accuracy, rows, level,
                       graders=_grader_agreement(graded, names, confidences), notes=notes,
                       options={"metrics": list(metrics), "metric_options": options,
@@ -347,6 +349,24 @@ def evaluate_records(records: list[Record], *, grader: str, scorers: list[str] |
                                "n_bins": n_bins}, comparison=comparison)
     _length_panel(table, binary, lengths, n_strata)
     return table
+
+
+def _undefined_note(grader: str, correct: np.ndarray, rows: list[ScorerRow],
+                    metrics: Sequence[str]) -> str | None:
+    """Why a table's figures are undefined (–) when the grades leave nothing to rank:
+    no graded record, or answers all right or all wrong."""
+    if correct.size == 0:
+        return f"no record has a {grader!r} grade, so there is nothing to evaluate (every " \
+               "figure is –)"
+    if correct.min() != correct.max():
+        return None
+    which = "right" if correct[0] else "wrong"
+    nan = [m for m in metrics if rows and all(math.isnan(r.metrics[m][0]) for r in rows)]
+    what = (f"{', '.join(nan)} {'is' if len(nan) == 1 else 'are'} undefined (–)" if nan
+            else "the table cannot tell the scorers apart")
+    return (f"all {correct.size} graded answer(s) are {which} (grader {grader!r}): no "
+            f"confidence can separate right from wrong answers here, so {what}; evaluate "
+            "more items, with both right and wrong answers")
 
 
 def _resolved_options(metrics: Sequence[str], given: dict[str, dict[str, Any]]

@@ -56,6 +56,9 @@ class RunOutcome:
     generation_seconds: float = 0.0
     generated_tokens: int = 0
     failures: dict[str, str] = field(default_factory=dict)  # item id → error (retried on resume)
+    #: what the executor changed of what was asked (a Ray worker count cut, and why);
+    #: stored as the run's meta ``execution_notes``
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -115,13 +118,15 @@ class BlockExecutor(Protocol):
 
     :func:`execute` calls :meth:`start` (load the model(s); check ``ids``
     against them: all items of a new run, the missing ones of a resumed run),
-    reads :attr:`backends` and :attr:`skipped`, then iterates :meth:`run` and
-    stores each result; :meth:`close` always ends it. ``parallel`` says whether
-    blocks overlap in time (then the generation time is the loop's wall time,
-    else the sum of the blocks' own).
+    reads :attr:`backends`, :attr:`skipped` and :attr:`notes`, then iterates
+    :meth:`run` and stores each result; :meth:`close` always ends it. ``parallel``
+    says whether blocks overlap in time (then the generation time is the loop's wall
+    time, else the sum of the blocks' own). ``notes``: what :meth:`start` changed of
+    what was asked (fewer workers than asked, and why), one sentence each.
     """
 
     parallel: bool
+    notes: list[str]
 
     def start(self, plan: RunPlan, ids: set[str] | None) -> None: ...
 
@@ -145,6 +150,7 @@ class LocalExecutor:
     def __init__(self, backend: Backend | None = None) -> None:
         self._backend = backend
         self.runner: BlockRunner | None = None
+        self.notes: list[str] = []
 
     def start(self, plan: RunPlan, ids: set[str] | None) -> None:
         self.runner = BlockRunner(plan, self._backend)
@@ -217,7 +223,9 @@ def execute(plan: RunPlan | RunConfig, out: str | Path, *,
         for wanted in executor.backends:  # every model must be the setup that began the run
             same_backend(wanted)
         store.set_meta("skipped_scorers", executor.skipped)
-        outcome = RunOutcome(Path(out), plan.task, total, 0, executor.skipped)
+        store.set_meta("execution_notes", executor.notes)  # this execution's: a resume's own
+        outcome = RunOutcome(Path(out), plan.task, total, 0, executor.skipped,
+                             notes=list(executor.notes))
         stored = total - len(todo)
         began = time.perf_counter()
         for result in executor.run(plan.todo_blocks(done), done, same_backend):

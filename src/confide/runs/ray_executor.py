@@ -44,7 +44,8 @@ from confide.core.options import check_distribution
 from confide.pipeline.plan import RunPlan
 from confide.runs.execution import BlockResult, BlockRunner
 
-__all__ = ["SHARDS_PER_WORKER", "RayExecutor", "ShardWorker", "shard_blocks"]
+__all__ = ["SHARDS_PER_WORKER", "RayExecutor", "ShardWorker", "local_cores", "shard_blocks",
+           "worker_count"]
 
 # Shards per worker: enough to even out uneven workers, few enough that a shard is
 # many blocks long (a dead worker's loss is at most the unsent rest of one shard).
@@ -67,6 +68,40 @@ def shard_blocks(blocks: list[int], workers: int, size: int | None = None) -> li
     if size is None:
         size = max(1, math.ceil(len(blocks) / (workers * SHARDS_PER_WORKER)))
     return [blocks[i:i + size] for i in range(0, len(blocks), size)]
+
+
+def worker_count(requested: int, *, blocks: int, batch_size: int,
+                 cores: int | None = None) -> tuple[int, str | None]:
+    """The Ray workers to start, and a note saying why when that is fewer than ``requested``.
+
+    Never more than the ``blocks`` to generate (a worker without a block would only
+    load the model), nor, on a Ray instance started on this machine (``cores``
+    given), than its CPU cores (each worker loads its own model and decodes on
+    them; more would only share the cores).
+
+    >>> worker_count(4, blocks=10, batch_size=8, cores=8)
+    (4, None)
+    >>> count, note = worker_count(100, blocks=2, batch_size=8, cores=16)
+    >>> count, note.rsplit(": ", 1)[1]
+    (2, 'the run has 2 block(s) of 8 items to generate; each worker loads its own model')
+    """
+    limits = [(max(1, blocks), f"the run has {blocks} block(s) of {batch_size} items to "
+                               "generate")]
+    if cores is not None:
+        limits.append((max(1, cores), f"this machine has {cores} CPU core(s)"))
+    count = min([requested, *(n for n, _ in limits)])
+    if count == requested:
+        return count, None
+    why = " and ".join(text for n, text in limits if n == count)
+    return count, (f"Ray workers: {count} started, not the {requested} asked (--workers): "
+                   f"{why}; each worker loads its own model")
+
+
+def local_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the system tells it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 class ShardWorker:
@@ -107,7 +142,9 @@ class RayExecutor:
     ----------
     address : ``"local"`` (start Ray on this machine), ``"auto"`` or a cluster address;
         a Ray connection already open in this process is used as it is.
-    workers : Ray actors, each loading the model once.
+    workers : Ray actors, each loading the model once (default 2); fewer when the run
+        has fewer blocks to generate or, with ``"local"``, this machine fewer CPU cores
+        (:func:`worker_count`; :attr:`notes` then says so).
     threads_per_worker : decoding threads of each worker (default: the cluster's CPUs
         divided among the workers, at least 1).
     shard_size : blocks per shard (default: about :data:`SHARDS_PER_WORKER` shards per worker).
@@ -127,6 +164,8 @@ class RayExecutor:
         self._started = False
         self._pool: _Pool | None = None
         self._plan: RunPlan | None = None
+        #: what :meth:`start` changed of what was asked (a worker count cut, and why)
+        self.notes: list[str] = []
 
     def start(self, plan: RunPlan, ids: set[str] | None) -> None:
         config = plan.config
@@ -134,8 +173,13 @@ class RayExecutor:
             raise InvalidInputError(
                 "Ray workers load their own model by name (hf, vllm); the openai backend "
                 "already spreads its requests over the server (--concurrency)", field="ray")
+        done = set() if ids is None else {it.id for it in plan.task.items if it.id not in ids}
+        self.workers, note = worker_count(
+            self.workers, blocks=len(plan.todo_blocks(done)), batch_size=plan.batch_size,
+            cores=local_cores() if self.address == "local" else None)
+        self.notes = [note] if note else []
         self._ray = ray = _import_ray()
-        self._started = _connect(ray, self.address, self.workers)
+        self._started = _connect(ray, self.address)
         self._plan = plan
         with self._user_errors():
             self._pool = _Pool(ray, plan, self.workers, self.threads)
@@ -232,14 +276,14 @@ def _import_ray() -> Any:
     return ray
 
 
-def _connect(ray: Any, address: str, workers: int) -> bool:
+def _connect(ray: Any, address: str) -> bool:
     """Join (or start) Ray; True when this call started the connection (and must end it)."""
     if ray.is_initialized():
         return False
     quiet = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
     if address == "local":
-        # Room for every worker even on a machine with fewer cores (they then share them).
-        ray.init(num_cpus=max(os.cpu_count() or 1, workers), **quiet)
+        # The cores worker_count allowed for: a worker each.
+        ray.init(num_cpus=local_cores(), **quiet)
     else:
         ray.init(address=address, **quiet)
     return True

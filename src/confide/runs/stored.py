@@ -12,13 +12,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from confide.backends import Backend
-from confide.core.errors import InvalidInputError
+from confide.core.errors import InvalidInputError, StoreError
 from confide.core.options import DEFAULT_MODEL, DEFAULT_TASK
 from confide.core.records import Record
 from confide.evaluation.table import DEFAULT_METRICS, EvalTable, evaluate_records, scorer_order
@@ -45,6 +46,11 @@ class Run:
             #: statistics an imported run holds only approximately, with why (bounds, not
             #: values: ``{"token_entropies": "lower bounds from the top-k"}``)
             self.approximate: dict[str, str] = store.get_meta("approximate", {}) or {}
+            #: how an import ended (``{"complete": True, "skipped": n}``, or ``{"complete":
+            #: False, "stopped_at": {"file", "line"}, "reason"}``); None: not an import
+            self.import_status: dict[str, Any] | None = _import_status(store, self.config)
+            #: what the last execution changed of what was asked (a Ray worker count cut)
+            self.execution_notes: list[str] = list(store.get_meta("execution_notes") or [])
 
     @cached_property
     def records(self) -> list[Record]:
@@ -63,6 +69,9 @@ class Run:
         a run without records is refused
         (:meth:`~confide.store.run_store.RunStore.no_records`), as by the report."""
         if not self.records:
+            unfinished = _import_note(self.path, self.config, self.import_status, 0)
+            if unfinished is not None:  # "finish it with confide run" would mislead
+                raise StoreError(f"{self.path}: the run holds no records yet: {unfinished}")
             with RunStore.open(self.path) as store:
                 raise store.no_records()
         stored_graders = sorted({g for r in self.records for g in r.grades})
@@ -76,9 +85,31 @@ class Run:
                                 scorers=scorers or None, metrics=metrics,
                                 n_resamples=n_resamples, metric_options=metric_options,
                                 seed=self.config.get("seed", 0) if seed is None else seed)
-        if self.hidden_states_note:
-            table.notes.append(self.hidden_states_note)
+        if table.n_graded == 0:
+            table.notes.append(_grading_hint(self.path, table.grader, stored_graders))
+        table.notes.extend(self.notes)
         return table
+
+    @property
+    def notes(self) -> list[str]:
+        """What a reader of this run's numbers must know about how it was made, one
+        sentence each (every table of the run carries them): an import that stopped
+        early or skipped records, items asking a few-shot exemplar's question, a Ray
+        worker count cut, hidden states made before a fix."""
+        notes = []
+        imported = _import_note(self.path, self.config, self.import_status, len(self.records))
+        if imported is not None:
+            notes.append(imported)
+        task = self.config.get("task")
+        options = task.get("options", {}) if isinstance(task, dict) else {}
+        if equal := options.get("excluded_as_exemplars"):
+            notes.append(f"{equal} item(s) ask the question of a few-shot exemplar: each stays "
+                         "in the run, and that exemplar is left out of its own prompt (the "
+                         "next exemplar takes its place, or the item has one shot fewer)")
+        notes.extend(self.execution_notes)
+        if self.hidden_states_note:
+            notes.append(self.hidden_states_note)
+        return notes
 
     #: The former name of :meth:`compute_table`, kept working.
     evaluate = compute_table
@@ -92,6 +123,67 @@ class Run:
         (:data:`~confide.store.exports.EXPORT_FORMATS`); default file in the run directory."""
         with RunStore.open(self.path) as store:
             return export_run(store, fmt, path)
+
+
+def _import_status(store: RunStore, config: dict[str, Any]) -> dict[str, Any] | None:
+    """The importer's meta ``import_status``; for an import stored before it, ``import_complete``
+    (and the bad records it kept) tell the same."""
+    status = store.get_meta("import_status")
+    if status is not None or config.get("kind") != "import":
+        return status if isinstance(status, dict) else None
+    if store.get_meta("import_complete"):
+        return {"complete": True, "skipped": len(store.get_meta("skipped_records") or [])}
+    return {"complete": False}
+
+
+def _import_note(path: Path, config: dict[str, Any], status: dict[str, Any] | None,
+                 n_records: int) -> str | None:
+    """What an import's table must say about its end: stopped early (where, why, and the
+    command that resumes it) or records skipped; None when it read every record."""
+    if status is None:
+        return None
+    if status.get("complete"):
+        skipped = int(status.get("skipped") or 0)
+        return (f"the import skipped {skipped} bad record(s) of its file (--on-bad-record "
+                "skip); the table covers the records read" if skipped else None)
+    command = _resume_command(path, config)
+    stopped = status.get("stopped_at") or {}
+    if stopped.get("file"):
+        where = f"{stopped['file']}:{stopped['line']}" if stopped.get("line") else stopped["file"]
+        why = f" ({status['reason']})" if status.get("reason") else ""
+        return (f"the import is incomplete: it stopped at {where}{why}, so the table covers "
+                f"only the {n_records} record(s) stored before it. Fix that record and run "
+                f"`{command}` to resume, or resume skipping bad records: `{command} "
+                "--on-bad-record skip`")
+    return (f"the import is incomplete: it did not finish (it was stopped, or is still "
+            f"running), so the table covers only the {n_records} record(s) stored so far. "
+            f"Resume it with `{command}` (add --on-bad-record skip to skip bad records)")
+
+
+def _resume_command(path: Path, config: dict[str, Any]) -> str:
+    """The `confide score` command that resumes an import: the file, the run and the options
+    of the run's identity (other options, --scorers and --grader, as first given)."""
+    source = config.get("source") or {}
+    words = ["confide", "score", str(source.get("data_path") or "FILE"), "--out", str(path)]
+    if source.get("answer") not in (None, "first"):
+        words += ["--answer", str(source["answer"])]
+    if isinstance(source.get("greedy_file"), dict):
+        words += ["--greedy-file", str(source["greedy_file"].get("data_path"))]
+    if source.get("label_field"):
+        words += ["--label-field", str(source["label_field"])]
+    return shlex.join(words)
+
+
+def _grading_hint(path: Path, grader: str, stored: list[str]) -> str:
+    """Why a table has no figures (no record holds its grade), and how to get some."""
+    run = shlex.quote(str(path))
+    if stored:
+        return (f"no record has a {grader!r} grade; this run holds {', '.join(stored)}: read "
+                f"them with confide eval {run} --grader {shlex.quote(stored[0])}")
+    return (f"no record of this run is graded (its items have no references and no labels "
+            f"were added): label the answers with confide label {run} LABELS.jsonl --name "
+            'human, one {"id": ITEM_ID, "label": 1 or 0} per line (confide export '
+            f"{run} lists the ids), then read them with confide eval {run} --grader human")
 
 
 def open_run(path: str | Path) -> Run:

@@ -20,8 +20,8 @@ from confide.core.records import Item, Message
 from confide.core.registry import Registry
 from confide.tasks.prompts import FORMATS, render_template
 
-__all__ = ["DATA_DIR", "TASKS", "BadRecords", "Task", "TaskSpec", "check_fewshot", "file_sha256",
-           "pop_options", "task"]
+__all__ = ["DATA_DIR", "TASKS", "BadRecords", "Task", "TaskSpec", "check_fewshot",
+           "equal_to_exemplars", "file_sha256", "pop_options", "task"]
 
 DATA_DIR = Path(__file__).parent / "data"
 LETTERS = string.ascii_uppercase
@@ -31,9 +31,12 @@ LETTERS = string.ascii_uppercase
 class Task:
     """A loaded task: its items, prompt format, default grader and generation budget.
 
-    ``fewshot`` is the exemplar pool for k-shot prompts; it never overlaps
+    ``fewshot`` is the exemplar pool for k-shot prompts; its ids never overlap
     ``items``. With ``fewshot_key`` set (e.g. ``"subject"``), an item's
     exemplars are the first ones whose ``metadata[fewshot_key]`` equals its own.
+    An item whose question equals an exemplar's stays in the run; that exemplar is
+    left out of its own prompt (:meth:`exemplars`), counted by
+    :func:`equal_to_exemplars`.
     ``skipped`` lists ``(where, reason)`` for records dropped with
     ``on_bad_record="skip"``.
     """
@@ -147,14 +150,17 @@ class Task:
         return header + (t["separator"] or "\n\n").join(parts)
 
     def exemplars(self, item: Item, k: int) -> list[Item]:
-        """The first ``k`` exemplars for ``item`` (same ``fewshot_key`` value when set)."""
+        """The first ``k`` exemplars for ``item`` (same ``fewshot_key`` value when set),
+        never one with the item's own question: a prompt that held the answer would
+        make the item trivial, so the next exemplar of the pool takes its place, or the
+        item gets one shot fewer when the pool has no other."""
         if k <= 0:
             return []
         pool = self.fewshot
         if self.fewshot_key is not None:
             key = item.metadata.get(self.fewshot_key)
             pool = [ex for ex in pool if ex.metadata.get(self.fewshot_key) == key]
-        return pool[:k]
+        return [ex for ex in pool if not _same_question(ex, item)][:k]
 
     # -- descriptions ---------------------------------------------------------------
 
@@ -191,6 +197,29 @@ class Task:
             "options": _json_safe(self.options),
             "skipped": len(self.skipped),
         }
+
+
+def _same_question(a: Item, b: Item) -> bool:
+    return isinstance(a.prompt, str) and a.prompt == b.prompt
+
+
+def equal_to_exemplars(items: list[Item], fewshot: list[Item], key: str | None = None) -> int:
+    """How many of ``items`` ask the question of an exemplar of their pool (the same
+    ``metadata[key]`` when ``key`` is given, as :attr:`Task.fewshot_key`). Each keeps its
+    place in the run and :meth:`Task.exemplars` leaves that exemplar out of its prompt;
+    loaders store the count as the option ``excluded_as_exemplars`` (an exemplar excluded
+    from the prompt of that many items).
+
+    >>> equal_to_exemplars([Item("a", "Capital of Peru?"), Item("b", "2 + 2?")],
+    ...                    [Item("fewshot-0", "2 + 2?", ["4"])])
+    1
+    """
+    def pool(it: Item) -> Any:
+        return None if key is None else it.metadata.get(key)
+
+    questions = {(pool(ex), ex.prompt) for ex in fewshot if isinstance(ex.prompt, str)}
+    return sum(isinstance(it.prompt, str) and (pool(it), it.prompt) in questions
+               for it in items)
 
 
 def _json_safe(value: Any) -> Any:

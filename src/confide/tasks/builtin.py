@@ -2,8 +2,10 @@
 
 Each loader reads the bundled sample by default; ``data_path=`` points it at
 the full upstream file in the same format. Few-shot exemplars come from a
-separate pool (a bundled exemplar file or the data set's dev split) and are
-removed from the evaluated items if the full file also contains them.
+separate pool (a bundled exemplar file or the data set's dev split). An item of
+the full file equal to an exemplar stays in the run, and that exemplar is left out
+of its own prompt (:meth:`~confide.tasks.base.Task.exemplars`); the option
+``excluded_as_exemplars`` counts such items.
 """
 
 from __future__ import annotations
@@ -16,7 +18,16 @@ from typing import Any
 
 from confide.core.errors import InvalidInputError
 from confide.core.records import Item
-from confide.tasks.base import DATA_DIR, LETTERS, BadRecords, Task, file_sha256, pop_options, task
+from confide.tasks.base import (
+    DATA_DIR,
+    LETTERS,
+    BadRecords,
+    Task,
+    equal_to_exemplars,
+    file_sha256,
+    pop_options,
+    task,
+)
 from confide.tasks.prompts import FORMATS, SHORT_ANSWER
 from confide.tasks.readers import iter_csv, iter_jsonl
 
@@ -33,12 +44,6 @@ def _data_file(default: Path, data_path: str | None) -> Path:
                                 f"{'a directory' if p.is_dir() else 'a file'}", file=str(p),
                                 field="data_path")
     return p
-
-
-def _drop_exemplars(items: list[Item], fewshot: list[Item]) -> tuple[list[Item], int]:
-    questions = {ex.prompt for ex in fewshot if isinstance(ex.prompt, str)}
-    kept = [it for it in items if it.prompt not in questions]
-    return kept, len(items) - len(kept)
 
 
 # ---------------------------------------------------------------------------
@@ -94,27 +99,29 @@ def triviaqa(*, data_path: str | None = None, bad: BadRecords, **options: Any) -
     Bundled: the first 500 of the 3,000-question Eval Gauntlet subsample
     (``triviaqa_sm_sub.jsonl``); ``data_path`` reads the full file. Item id
     ``triviaqa-<0-based line index>``. Five exemplars (the full file's last five
-    questions, never among the evaluated items) form the few-shot pool. Every
-    model, instruct or base, gets the 5-shot completion prompt
+    questions) form the few-shot pool; read from the full file, those five
+    questions are items too, each prompted with the other four. Every model,
+    instruct or base, gets the 5-shot completion prompt
     (:data:`~confide.tasks.prompts.SHORT_ANSWER`), so answers are a few words.
     """
     pop_options(options, {}, "triviaqa")
     path = _data_file(_TQA_DIR / "triviaqa_sm_sub.head500.jsonl", data_path)
     fewshot = triviaqa_exemplars()
-    items, dropped = _drop_exemplars(_triviaqa_items(path, bad, "triviaqa"), fewshot)
+    items = _triviaqa_items(path, bad, "triviaqa")
     return Task(name="triviaqa", items=items, grader="contains", max_new_tokens=32,
                 stop=["\n"], format="open_qa", templates=dict(SHORT_ANSWER),
                 fewshot=fewshot, num_fewshot=5,
                 data_file=str(path.resolve()), data_sha256=file_sha256(path),
-                options={"excluded_as_exemplars": dropped}, skipped=list(bad.skipped),
-                source="Joshi et al. 2017, TriviaQA")
+                options={"excluded_as_exemplars": equal_to_exemplars(items, fewshot)},
+                skipped=list(bad.skipped), source="Joshi et al. 2017, TriviaQA")
 
 
 def _head_and_fewshot(path: Path, fewshot_path: Path, parse: Any, bad: BadRecords,
                       prefix: str) -> tuple[list[Item], list[Item], int]:
+    """The items, the exemplar pool and how many items equal an exemplar."""
     fewshot = parse(fewshot_path, BadRecords("raise"), f"{prefix}-fewshot")
-    items, dropped = _drop_exemplars(parse(path, bad, prefix), fewshot)
-    return items, fewshot, dropped
+    items = parse(path, bad, prefix)
+    return items, fewshot, equal_to_exemplars(items, fewshot)
 
 
 # ---------------------------------------------------------------------------
@@ -157,17 +164,17 @@ def gsm8k(*, data_path: str | None = None, bad: BadRecords, **options: Any) -> T
     Bundled: the first 300 of the 1,319 test problems; ``data_path`` reads the
     full ``test.jsonl``. References hold the final number (commas removed);
     ``metadata["solution"]`` the worked solution. The few-shot pool is the last
-    8 test problems (calculator annotations ``<<...>>`` removed), set aside
-    from the items.
+    8 test problems (calculator annotations ``<<...>>`` removed); read from the
+    full file, each of them is an item whose prompt takes the next exemplar instead.
     """
     pop_options(options, {}, "gsm8k")
     path = _data_file(_GSM_DIR / "test.head300.jsonl", data_path)
-    items, fewshot, dropped = _head_and_fewshot(path, _GSM_DIR / "fewshot.jsonl", _gsm8k_items,
-                                                bad, "gsm8k")
+    items, fewshot, equal = _head_and_fewshot(path, _GSM_DIR / "fewshot.jsonl", _gsm8k_items,
+                                              bad, "gsm8k")
     return Task(name="gsm8k", items=items, grader="numeric", max_new_tokens=256,
                 stop=["\n\nQuestion:", "\n\nProblem:"], format="reasoning", fewshot=fewshot,
                 num_fewshot=4, data_file=str(path.resolve()), data_sha256=file_sha256(path),
-                options={"excluded_as_exemplars": dropped}, skipped=list(bad.skipped),
+                options={"excluded_as_exemplars": equal}, skipped=list(bad.skipped),
                 source="Cobbe et al. 2021, GSM8K")
 
 
@@ -224,11 +231,12 @@ def truthfulqa(*, data_path: str | None = None, bad: BadRecords, **options: Any)
     pop_options(options, {}, "truthfulqa")
     path = _data_file(_TFQA_DIR / "TruthfulQA.head300.csv", data_path)
     fewshot = _jsonl_exemplars(_TFQA_DIR / "fewshot.jsonl", "truthfulqa-fewshot")
-    items, dropped = _drop_exemplars(_truthfulqa_items(path, bad, "truthfulqa"), fewshot)
+    items = _truthfulqa_items(path, bad, "truthfulqa")
+    equal = equal_to_exemplars(items, fewshot)
     return Task(name="truthfulqa", items=items, grader="rougeL", max_new_tokens=64,
                 stop=["\n"], format="generation", fewshot=fewshot, num_fewshot=4,
                 data_file=str(path.resolve()), data_sha256=file_sha256(path),
-                options={"excluded_as_exemplars": dropped}, skipped=list(bad.skipped),
+                options={"excluded_as_exemplars": equal}, skipped=list(bad.skipped),
                 source="Lin, Hilton & Evans 2022, TruthfulQA")
 
 
@@ -308,12 +316,12 @@ def _mc_task(name: str, directory: str, filename: str, kind: str, data_path: str
              bad: BadRecords, num_fewshot: int, source: str) -> Task:
     d = DATA_DIR / directory
     path = _data_file(d / filename, data_path)
-    items, fewshot, dropped = _head_and_fewshot(path, d / "fewshot.jsonl",
-                                                _gauntlet_mc_items(kind), bad, name)
+    items, fewshot, equal = _head_and_fewshot(path, d / "fewshot.jsonl",
+                                              _gauntlet_mc_items(kind), bad, name)
     return Task(name=name, items=items, grader="choice", max_new_tokens=16, stop=["\n"],
                 format="multiple_choice", fewshot=fewshot, num_fewshot=num_fewshot,
                 data_file=str(path.resolve()), data_sha256=file_sha256(path),
-                options={"excluded_as_exemplars": dropped}, skipped=list(bad.skipped),
+                options={"excluded_as_exemplars": equal}, skipped=list(bad.skipped),
                 source=source)
 
 
@@ -425,10 +433,14 @@ def mmlu(*, data_path: str | None = None, bad: BadRecords, **options: Any) -> Ta
         dev = root / "dev" / f"{s}_dev.csv"
         if dev.is_file():
             fewshot += _mmlu_file_items(dev, s, BadRecords("raise"), "mmlu-dev")
+    # Counted only when some item equals an exemplar: the identity of earlier runs.
+    equal = equal_to_exemplars(items, fewshot, "subject")
     return Task(name="mmlu", items=items, grader="choice", max_new_tokens=16, stop=["\n"],
                 format="multiple_choice", fewshot=fewshot, num_fewshot=5, fewshot_key="subject",
                 templates=_MMLU_TEMPLATES, data_file=str(root.resolve()),
-                data_sha256=file_sha256(root), options={"subject": opts["subject"]},
+                data_sha256=file_sha256(root),
+                options={"subject": opts["subject"],
+                         **({"excluded_as_exemplars": equal} if equal else {})},
                 skipped=list(bad.skipped), source="Hendrycks et al. 2021, MMLU")
 
 

@@ -52,8 +52,10 @@ How a user's open-domain QA file is prompted (``prompt``, ``fewshot``):
 ``fewshot`` (a file path)
     Exemplars in the same format and field mapping as the data; each needs a
     reference (its first is the exemplar's answer). All of its records are
-    exemplars, in file order; an evaluated item with the same question as an
-    exemplar is dropped (counted in the options as ``excluded_as_exemplars``).
+    exemplars, in file order. An evaluated item with the same question as an
+    exemplar stays in the run, and that exemplar is left out of its own prompt (the
+    next one takes its place, or the item gets one shot fewer); the options count
+    such items as ``excluded_as_exemplars``.
 
 Both are stored in the task's options (with the exemplar file's sha256), so a run
 resumed with another prompt is refused. Multiple-choice files keep their prompt.
@@ -71,7 +73,14 @@ from typing import Any
 
 from confide.core.errors import InvalidInputError
 from confide.core.records import Item
-from confide.tasks.base import LETTERS, BadRecords, Task, file_sha256, pop_options
+from confide.tasks.base import (
+    LETTERS,
+    BadRecords,
+    Task,
+    equal_to_exemplars,
+    file_sha256,
+    pop_options,
+)
 from confide.tasks.prompts import FORMATS, SHORT_ANSWER
 from confide.tasks.readers import iter_csv, iter_json_array, iter_jsonl, iter_parquet
 
@@ -339,11 +348,10 @@ def _fewshot_file(path: Any, mapping: dict[str, Any]) -> tuple[list[Item], str]:
 
 def _prompting(mapping: dict[str, Any], fmt: str, items: list[Item],
                default_fewshot: Callable[[], list[Item]] | None, long_form: bool
-               ) -> tuple[list[Item], dict[str, Any]]:
-    """The prompt settings of a user's task (module docstring): the evaluated items (less
-    any that are exemplars) and the :class:`Task` fields of the prompt.
-    ``default_fewshot``: the exemplars of ``kshot`` without a ``fewshot`` file
-    (:func:`~confide.tasks.load_task` gives TriviaQA's)."""
+               ) -> dict[str, Any]:
+    """The prompt settings of a user's task (module docstring): the :class:`Task` fields
+    of the prompt. ``default_fewshot``: the exemplars of ``kshot`` without a ``fewshot``
+    file (:func:`~confide.tasks.load_task` gives TriviaQA's)."""
     kind = _prompt_kind(mapping["prompt"], fmt, items, mapping["fewshot"], long_form)
     if kind == "kshot" or mapping["prompt"] is not None:  # a chat run's identity is as before
         mapping["prompt"] = kind
@@ -356,20 +364,14 @@ def _prompting(mapping: dict[str, Any], fmt: str, items: list[Item],
         else:
             raise InvalidInputError("k-shot prompts need exemplars: name a fewshot file",
                                     field="fewshot")
-        questions = {ex.prompt for ex in fewshot if isinstance(ex.prompt, str)}
-        kept = [it for it in items if not (isinstance(it.prompt, str)
-                                           and it.prompt in questions)]
-        if len(kept) < len(items):
-            mapping["excluded_as_exemplars"] = len(items) - len(kept)
-        if not kept:
-            raise InvalidInputError("no usable records: every record is a few-shot exemplar",
-                                    field="fewshot")
-        items = kept
+        # Counted only when some item equals an exemplar: the identity of earlier runs.
+        if equal := equal_to_exemplars(items, fewshot):
+            mapping["excluded_as_exemplars"] = equal
         fields["fewshot"] = fewshot
         fields["num_fewshot" if kind == "kshot" else "chat_fewshot"] = len(fewshot)
     if kind == "kshot":
         fields["templates"] = dict(SHORT_ANSWER)
-    return items, fields
+    return fields
 
 
 def _finish_user_task(name: str, items: list[Item], mapping: dict[str, Any], *,
@@ -382,7 +384,7 @@ def _finish_user_task(name: str, items: list[Item], mapping: dict[str, Any], *,
         raise InvalidInputError(f"unknown format {fmt!r}; known: {sorted(FORMATS)}",
                                 field="format")
     default_tokens = {"reasoning": 256, "generation": 64, "function_calling": 128}.get(fmt, 32)
-    items, prompting = _prompting(mapping, fmt, items, default_fewshot, long_form)
+    prompting = _prompting(mapping, fmt, items, default_fewshot, long_form)
     return Task(
         name=name, items=items, grader=mapping["grader"] or ("choice" if mc else "contains"),
         max_new_tokens=mapping["max_new_tokens"] or default_tokens,

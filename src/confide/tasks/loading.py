@@ -8,7 +8,7 @@ from typing import Any
 
 from confide.core.errors import InvalidInputError, UnknownNameError
 from confide.tasks import builtin  # noqa: F401  (registers the built-in tasks)
-from confide.tasks.base import TASKS, BadRecords, Task, check_fewshot
+from confide.tasks.base import TASKS, BadRecords, Task, check_fewshot, equal_to_exemplars
 from confide.tasks.files import SUFFIXES, load_hf_dataset, load_user_file
 from confide.tasks.prompts import FORMATS, resolve_templates
 
@@ -30,8 +30,9 @@ def load_task(name_or_path: str, *, limit: int | None = None, data_path: str | N
         file, or ``hf:<name>`` for a Hugging Face dataset (needs the ``data``
         extra).
     limit : int, optional
-        Keep only the first ``limit`` items (in file order), after few-shot
-        exemplars have been set aside.
+        Keep only the first ``limit`` items (in file order). An item equal to a
+        few-shot exemplar is kept too; that exemplar is left out of its prompt, and
+        ``Task.options["excluded_as_exemplars"]`` counts such items.
     data_path : str, optional
         For a built-in task: the full data file to read instead of the bundled
         sample (same format).
@@ -97,6 +98,9 @@ def load_task(name_or_path: str, *, limit: int | None = None, data_path: str | N
             raise InvalidInputError(f"must be a positive integer, not {limit!r}", field="limit")
         result.items = result.items[:limit]
         result.options["limit"] = limit
+        if "excluded_as_exemplars" in result.options:  # of the items the run keeps
+            result.options["excluded_as_exemplars"] = equal_to_exemplars(
+                result.items, result.fewshot, result.fewshot_key)
     return result
 
 
