@@ -57,6 +57,19 @@ def test_dir_and_public_names_stay_light():
     assert out.stdout.strip() == "False False False"
 
 
+def test_the_api_imports_no_dataframe_stack():
+    # The first confide.score call imports confide.api: scikit-learn (with the pandas and
+    # pyarrow it drags in) is imported only by the few functions that use it.
+    import subprocess
+    import sys
+
+    code = ("import sys, confide.api; "
+            "print([m for m in ('sklearn', 'pandas', 'pyarrow', 'rich', 'torch') "
+            "if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_former_names_still_work():
     assert confide.evaluate is confide.generate_and_evaluate
     assert confide.Run.evaluate is confide.Run.compute_table

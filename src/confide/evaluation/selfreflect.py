@@ -90,7 +90,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
 from confide.backends.base import Backend, GenerationSpec, Prompt
 from confide.core.errors import InvalidInputError
@@ -111,6 +110,10 @@ class SelfReflectResult:
 
 
 def _is_stopword(word: str) -> bool:
+    # scikit-learn's list, imported here: at module level it costs `import confide` 0.3 s
+    # (and pulls in pandas and pyarrow) for a function few calls reach.
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
     return word.strip(".,;:!?'\"()").lower() in ENGLISH_STOP_WORDS
 
 

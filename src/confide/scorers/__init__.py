@@ -5,7 +5,16 @@ Answer-level scorers (one confidence per answer) and claim-level ones
 registry, :data:`SCORERS`; :func:`scorer_at` looks a name up at one level.
 The fitted kinds (:mod:`~confide.scorers.fitted`) are answer-level scorers
 that need a model fitted on a graded run.
+
+Other packages add scorers through the entry-point group ``confide.scorers``: each
+entry point names a module (or an object in one) whose import registers scorers with
+:func:`scorer`; they are loaded after the built-in ones, so they appear in
+``confide scorers`` and run wherever a built-in one does. A plugin that fails to load
+is left out with a warning naming it; one that reuses a built-in name is refused there.
 """
+
+import warnings
+from importlib.metadata import entry_points
 
 from confide.scorers import (  # noqa: F401  (importing a family registers its scorers)
     asking,
@@ -34,7 +43,7 @@ from confide.scorers.base import (
     scorers_at,
 )
 
-__all__ = ["FAMILIES", "LEVELS", "SCORERS", "Cost", "Level", "Need", "ScorerSpec",
+__all__ = ["FAMILIES", "LEVELS", "PLUGIN_GROUP", "SCORERS", "Cost", "Level", "Need", "ScorerSpec",
            "ScoringContext", "run_scorer", "scorer", "scorer_at", "scorers_at"]
 
 # Scorer families (their modules) in listing order: one generation's token statistics,
@@ -43,3 +52,18 @@ __all__ = ["FAMILIES", "LEVELS", "SCORERS", "Cost", "Level", "Need", "ScorerSpec
 FAMILIES = ("whitebox", "information", "forward", "sampling", "semantic", "relevance",
             "consistency",
             "reflexive", "asking", "fitted", "claims")
+
+#: The entry-point group of scorer plugins (``[project.entry-points."confide.scorers"]``).
+PLUGIN_GROUP = "confide.scorers"
+
+
+def _load_plugins() -> None:
+    for point in entry_points(group=PLUGIN_GROUP):
+        try:
+            point.load()
+        except Exception as exc:  # a broken plugin must not take the built-in scorers down
+            warnings.warn(f"scorer plugin {point.name!r} ({point.value}) was not loaded: "
+                          f"{type(exc).__name__}: {exc}", stacklevel=2)
+
+
+_load_plugins()
