@@ -76,7 +76,8 @@ def test_traffic_stores_replies_and_streams_once_each(tmp_path, monkeypatch):
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert reply.confide["decision"] == "abstain" and streamed  # the policy abstained
     assert health["log_run"] == {"path": str(run_dir), "stored": 2, "failed": 0,
-                                 "pending": 0, "last_error": None}
+                                 "dropped": 0, "pending": 0, "retries": 0,
+                                 "waiting_for_lock": False, "last_error": None}
     records = _stored(run_dir)
     assert [r.item.question for r in records] == ["Capital of Peru?", "Capital of Chad?"]
     plain, stream = records
@@ -92,6 +93,12 @@ def test_traffic_stores_replies_and_streams_once_each(tmp_path, monkeypatch):
             ) == (False, True)
     assert stream.greedy.text.startswith("answer") and plain.item.id < stream.item.id
     assert plain.item.references == [] and plain.grades == {}
+    # each reply names its record (the stream in its last chunk)
+    assert reply.confide["record_id"] == plain.item.id
+    last = [getattr(c, "confide", None) or {} for c in chunks]
+    assert [c["record_id"] for c in last if "record_id" in c] == [stream.item.id]
+    assert plain.item.metadata["request"]["reply_id"] == reply.id
+    assert stream.item.metadata["request"]["reply_id"] == chunks[-1].id
     # the run's identity, as the readers of runs need it
     run = Run(run_dir)
     assert run.config["scorers"] == ["msp", "length"] and run.config["model"] == "fault-model"
@@ -137,35 +144,46 @@ def test_traffic_run_is_evaluated_and_reported(tmp_path, monkeypatch):
     assert (run_dir / "report.html").stat().st_size > 0
 
 
-def test_traffic_locked_store_never_fails_a_request(tmp_path, monkeypatch):
+def test_traffic_locked_store_never_fails_a_request_and_loses_no_reply(tmp_path, monkeypatch):
+    """A lock held past the busy timeout delays the writes, never the replies (beyond
+    the wait) and never drops one: once it is released, every reply is stored, in order."""
     import openai
 
     monkeypatch.setenv(KEY_ENV, UPSTREAM_KEY)
     monkeypatch.setattr(traffic, "BUSY_TIMEOUT", 0.2)
     run_dir = tmp_path / "traffic"
-    question = [{"role": "user", "content": "Q?"}]
     with FaultServer() as upstream, running(_app(upstream, run_dir)) as url:
         client = openai.OpenAI(base_url=url, api_key="x", max_retries=0)
-        client.chat.completions.create(model="fault-model", messages=question, max_tokens=8)
+
+        def ask(i: int, stream: bool = False):
+            reply = client.chat.completions.create(
+                model="fault-model", messages=[{"role": "user", "content": f"Q{i}?"}],
+                max_tokens=8, stream=stream)
+            return list(reply) if stream else reply
+
+        ask(0)
         lock = sqlite3.connect(run_dir / "run.sqlite", isolation_level=None)
         lock.execute("BEGIN EXCLUSIVE")
         began = time.monotonic()
-        locked = client.chat.completions.create(model="fault-model", messages=question,
-                                                max_tokens=8)
+        locked = ask(1)
         elapsed = time.monotonic() - began
-        streamed = list(client.chat.completions.create(model="fault-model", messages=question,
-                                                       max_tokens=8, stream=True))
-        _wait_for(lambda: _health(url)["log_run"]["failed"] == 2)
+        streamed = ask(2, stream=True)
+        _wait_for(lambda: _health(url)["log_run"]["retries"] >= 2)
         during = _health(url)["log_run"]
         lock.execute("ROLLBACK")
         lock.close()
-        client.chat.completions.create(model="fault-model", messages=question, max_tokens=8)
+        ask(3)
+        _wait_for(lambda: _health(url)["log_run"]["pending"] == 0)
         after = _health(url)["log_run"]
     assert locked.choices[0].message.content.startswith("answer") and streamed
     assert elapsed < traffic.WAIT + 2
-    assert during["stored"] == 1 and "busy" in during["last_error"]
-    assert after["stored"] == 2 and after["failed"] == 2
-    assert [r.item.metadata["request"]["stream"] for r in _stored(run_dir)] == [False, False]
+    assert during["stored"] == 1 and during["pending"] == 2 and during["waiting_for_lock"]
+    assert "busy" in during["last_error"] and during["failed"] == during["dropped"] == 0
+    assert after["stored"] == 4 and after["failed"] == after["dropped"] == 0
+    assert not after["waiting_for_lock"]
+    records = _stored(run_dir)
+    assert [r.item.question for r in records] == ["Q0?", "Q1?", "Q2?", "Q3?"]
+    assert locked.confide["record_id"] == records[1].item.id
 
 
 def test_traffic_unwritable_directory_never_fails_a_request(tmp_path, monkeypatch):
@@ -188,7 +206,7 @@ def test_traffic_unwritable_directory_never_fails_a_request(tmp_path, monkeypatc
                 assert reply.choices[0].message.content.startswith("answer")
         health = _health(url)["log_run"]
     assert at_start["failed"] == 0 and "cannot open run database" in at_start["last_error"]
-    assert health["stored"] == 0 and health["failed"] == 2
+    assert health["stored"] == 0 and health["failed"] == 2 and health["dropped"] == 0
     assert "cannot open run database" in health["last_error"]
 
 

@@ -15,6 +15,11 @@ is not a number (``true``/``false`` included: write 1 or 0), not finite or outsi
 :math:`[0, 1]`. A name the run already has grades of, or the name of a registered
 grader, is refused too (labels never overwrite grades). Records the file does not
 name stay without the grade (``eval`` reads the labelled ones).
+
+A run logged by ``confide serve --log-run`` is labelled by the record id each reply
+names (``confide.record_id``, header ``X-Confide-Record-Id``); the reply's own ``id``
+(``chatcmpl-...``, kept in the record's ``metadata["request"]["reply_id"]``) is taken
+as another name of the same record.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from confide.core.errors import InvalidInputError
+from confide.core.records import Record
 from confide.grading import GRADERS
 from confide.runs.stored import Run
 from confide.store.run_store import RunStore
@@ -37,10 +43,12 @@ def _is_number(value: Any) -> bool:
 
 
 def read_labels(path: str | Path, known: set[str], *, id_field: str = "id",
-                label_field: str = "label") -> dict[str, float]:
+                label_field: str = "label", aliases: dict[str, str] | None = None
+                ) -> dict[str, float]:
     """The labels of a JSON Lines file, item id → correctness in [0, 1], checked.
 
-    ``known``: the item ids that may be labelled. Raises
+    ``known``: the item ids that may be labelled; ``aliases``: other names of them
+    (a served reply's id → its record's id). Raises
     :class:`~confide.core.errors.InvalidInputError` naming ``file:line: field:`` for the
     first bad line (see the module's notes); blank lines are ignored.
     """
@@ -71,6 +79,8 @@ def read_labels(path: str | Path, known: set[str], *, id_field: str = "id",
                 raise InvalidInputError(f"expected a JSON object, got {type(obj).__name__}",
                                         file=source, line=n, field="record")
             item_id = _item_id(obj, id_field, source, n)
+            if item_id not in known and aliases and item_id in aliases:
+                item_id = aliases[item_id]
             if item_id not in known:
                 raise InvalidInputError(f"no record with id {item_id!r} in the run",
                                         file=source, line=n, field=id_field)
@@ -110,6 +120,17 @@ def _label(obj: dict[str, Any], field: str, source: str, line: int) -> float:
         raise InvalidInputError(f"must be a number in [0, 1], not {value!r}", file=source,
                                 line=line, field=field)
     return number
+
+
+def _reply_ids(records: list[Record]) -> dict[str, str]:
+    """The reply ids of a served run's records (``confide serve --log-run``) → record ids."""
+    found: dict[str, str] = {}
+    for record in records:
+        request = record.item.metadata.get("request")
+        reply = request.get("reply_id") if isinstance(request, dict) else None
+        if isinstance(reply, str) and reply:
+            found[reply] = record.item.id
+    return found
 
 
 def label_run(run: Run | str | Path, path: str | Path, *, name: str = "human",
@@ -152,5 +173,5 @@ def label_run(run: Run | str | Path, path: str | Path, *, name: str = "human",
             raise InvalidInputError(f"the run at {directory} already has {name!r} grades; "
                                     "choose another name", field="name")
         labels = read_labels(path, {r.item.id for r in records}, id_field=id_field,
-                             label_field=label_field)
+                             label_field=label_field, aliases=_reply_ids(records))
         return store.add_grades(name, labels)

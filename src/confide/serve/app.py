@@ -12,8 +12,12 @@ OpenAI API and add a ``confide`` object to the reply::
         "decision": "answer",          # with a policy: "answer" or "abstain", else null
         "answer": "...",               # the model's own answer when it abstained
         "summary": {"text": "Most likely Paris (about 70%); ...", ...},  # with >= 2 samples
-        "choices": [{"index": 1, "confidences": ..., ...}]  # with n > 1: every choice scored
+        "choices": [{"index": 1, "confidences": ..., ...}],  # with n > 1: every choice scored
+        "record_id": "1718000000000-9f2c4e1a7b3d"  # with log_run: the stored record's id
     }
+
+With ``log_run``, the ``X-Confide-Record-Id`` header names the stored record too, and
+``confide label`` takes that id (:mod:`confide.serve.traffic`).
 
 Choice 0 is always the greedy answer, the one the scorers (and any
 calibrator fitted on confide runs) describe; with ``n > 1`` the other choices
@@ -44,9 +48,10 @@ stream's last chunk) then carries the abstention message, ``decision:
 "abstain"``, ``decided_on: "early_abstention"`` and the reason.
 
 ``GET /v1/models`` lists the served model, ``GET /health`` says what is
-loaded (with ``log_run``, how many replies were stored in the traffic run and how
-many could not be: :mod:`confide.serve.traffic`). Every error is in the OpenAI
-error shape: invalid requests get 400,
+loaded (with ``log_run``, how many replies were stored in the traffic run, how many
+wait in its queue and how many were dropped or failed: :mod:`confide.serve.traffic`).
+Every error is in the OpenAI error shape: invalid requests get 400 (text that is not
+valid Unicode, such as a lone surrogate escape ``"\\udcff"``, included, the field named),
 a model name other than the served one 404 (``model_not_found``), an unknown
 path 404, a wrong method 405, a body over ``Limits.max_body_bytes`` 413
 (counted as it arrives, so a chunked body is never read past the limit); an
@@ -65,6 +70,7 @@ enough to flip an abstention threshold near the boundary.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -178,8 +184,8 @@ def create_app(backend: Backend, *, model_name: str | None = None,
             yield
         finally:
             await upstream.stop()
-            if replies.traffic is not None:
-                replies.traffic.close()
+            if replies.traffic is not None:  # drains the queued writes: off the loop
+                await asyncio.to_thread(replies.traffic.close)
 
     app = FastAPI(title="confide serve", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)

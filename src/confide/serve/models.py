@@ -4,7 +4,10 @@ Requests are validated by pydantic; fields the OpenAI API has but confide does
 not use (``user``, ``presence_penalty``, ...) are accepted and ignored, so an
 unchanged client keeps working. Server limits (``n``, ``max_tokens``, prompt
 size) are checked against :class:`Limits` by the app, which answers 400 with
-the field named.
+the field named. Every text a request carries (model name, messages, prompt, stop
+sequences) must be valid Unicode: a lone surrogate (the JSON escape ``"\\udcff"``
+is valid JSON but half of a UTF-16 pair) is refused with 400 naming the field, before
+anything is generated or stored.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from confide.core.options import RANGES, check_option, check_stop
 
 __all__ = ["ChatCompletionRequest", "ChatMessage", "CompletionRequest", "ConfideOptions",
-           "Limits", "StreamOptions", "TextPart"]
+           "Limits", "StreamOptions", "TextPart", "valid_unicode"]
 
 
 @dataclass(frozen=True)
@@ -52,11 +55,40 @@ class TextPart(BaseModel):
     text: str
 
 
+def valid_unicode(value: Any) -> Any:
+    """``value`` (a text, a list of texts or of text parts, or None) if every text in it
+    is valid Unicode; else a ``ValueError`` (pydantic's 400, naming the field) that
+    says which item, where, and what to send instead.
+
+    >>> valid_unicode(["fine", "also fine"])
+    ['fine', 'also fine']
+    """
+    texts = value if isinstance(value, list) else [value]
+    for i, text in enumerate(texts):
+        text = text.text if isinstance(text, TextPart) else text
+        if not isinstance(text, str):
+            continue
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            where = f"item {i}, " if isinstance(value, list) else ""
+            raise ValueError(
+                f"text that is not valid Unicode ({where}character {exc.start}: a lone "
+                f"surrogate \\u{ord(text[exc.start]):04x}, half of a UTF-16 pair); send the "
+                "text as UTF-8, or escape both halves of the pair") from None
+    return value
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
     role: Literal["system", "developer", "user", "assistant"]
     content: str | list[TextPart] | None = None
     name: str | None = None
+
+    @field_validator("content", "name")
+    @classmethod
+    def _unicode(cls, value: Any) -> Any:
+        return valid_unicode(value)
 
     def text(self) -> str:
         if self.content is None:
@@ -131,8 +163,13 @@ class GenerationRequest(BaseModel):
     @field_validator("stop")
     @classmethod
     def _stop(cls, value: str | list[str] | None) -> str | list[str] | None:
-        check_stop(value)
+        check_stop(valid_unicode(value))
         return value
+
+    @field_validator("model")
+    @classmethod
+    def _model_name(cls, value: str) -> str:
+        return valid_unicode(value)
 
     def stop_list(self) -> tuple[str, ...]:
         return check_stop(self.stop)
@@ -192,6 +229,11 @@ class CompletionRequest(GenerationRequest):
     @classmethod
     def _top(cls, value: int | None) -> int | None:
         return None if value is None else check_option("top_logprobs", value, field="")
+
+    @field_validator("prompt")
+    @classmethod
+    def _unicode(cls, value: str | list[str]) -> str | list[str]:
+        return valid_unicode(value)
 
     def text(self) -> str:
         return self.prompt if isinstance(self.prompt, str) else self.prompt[0]

@@ -36,12 +36,13 @@ from confide.serve.decisions import Calibrator, Policy, decide
 from confide.serve.guards import RequestError
 from confide.serve.models import GenerationRequest, Limits
 from confide.serve.sse import StreamReply, chat_logprobs, event_stream, text_logprobs
+from confide.serve.traffic import new_record_id
 from confide.serve.upstream import Upstream
 
 if TYPE_CHECKING:  # claims_payload calls predict on arrays: the fitted class, not the Protocol
     from confide.decisions.calibration import Calibrator as ClaimCalibrator
 
-__all__ = ["Job", "Replies", "StreamLog"]
+__all__ = ["RECORD_HEADER", "Job", "Replies", "StreamLog"]
 
 
 @dataclass
@@ -87,8 +88,10 @@ class Replies:
             top_k_alternatives=max(10, body.top_k))
         digest = hashlib.sha256(json.dumps(prompt, sort_keys=True).encode()).hexdigest()
         job_seed = body.seed if body.seed is not None else item_seed(self.seed, digest)
+        kind = "text" if isinstance(prompt, str) else "chat"
         return Job(body, Item(id=digest[:16], prompt=prompt), prompt, spec, job_seed,
-                   request_early_abstention(body, self.early_abstention))
+                   request_early_abstention(body, self.early_abstention), reply_id(kind),
+                   new_record_id() if self.traffic is not None else None)
 
     async def generate(self, job: Job, on_token: Any = None) -> GenerationResult:
         try:
@@ -131,9 +134,11 @@ class Replies:
             if len(samples) >= 2 else None
         if job.body.n > 1:
             info["choices"] = [{"index": i, **each} for i, each in enumerate(infos)]
-        if self.traffic is not None:  # before the reply goes out; never fails it
-            await self.traffic.store(records[0], info, prompt=job.prompt,
-                                     request=logged_request(job))
+        if self.traffic is not None and job.record_id is not None:
+            # before the reply goes out; never fails it. A record not queued is not named.
+            queued = await self.traffic.store(records[0], info, record_id=job.record_id,
+                                              prompt=job.prompt, request=logged_request(job))
+            info["record_id"] = job.record_id if queued else None
         return info, [r.greedy for r in records]
 
     async def reply(self, job: Job, kind: str) -> JSONResponse | StreamingResponse:
@@ -148,26 +153,29 @@ class Replies:
             set_text(kind, choices[0], self.abstain_message)
             choices[0]["logprobs"] = None
         out: dict[str, Any] = {
-            "id": reply_id(kind), "object": "chat.completion" if kind == "chat" else
+            "id": job.reply_id, "object": "chat.completion" if kind == "chat" else
             "text_completion", "created": int(time.time()), "model": self.served,
             "choices": choices, "system_fingerprint": None, "confide": info}
         counted = usage(self.backend, job.prompt, gens)
         if counted is not None:
             out["usage"] = counted
-        return JSONResponse(out)
+        return JSONResponse(out, headers=record_header(info.get("record_id")))
 
     async def stream(self, job: Job, kind: str) -> StreamingResponse:
         if not self.upstream.can_stream:
             raise RequestError(400, f"the {self.backend.name} backend cannot stream; ask "
                                     "without streaming", param="stream")
-        shape = StreamReply(kind, reply_id(kind), int(time.time()), self.served, job.body)
+        shape = StreamReply(kind, job.reply_id, int(time.time()), self.served, job.body)
         events = await event_stream(
             job, shape, generate=self.generate, conclude=self.conclude,
             abstain_message=self.abstain_message,
             usage=lambda gens: usage(self.backend, job.prompt, gens), timeout=self.timeout,
             log_stream=self.streams.add)
+        # the header comes before the record is stored: the last chunk's
+        # confide.record_id confirms it (null when the record was dropped)
         return StreamingResponse(events, media_type="text/event-stream",
-                                 headers={"cache-control": "no-cache"})
+                                 headers={"cache-control": "no-cache",
+                                          **record_header(job.record_id)})
 
 
 @dataclass
@@ -180,6 +188,8 @@ class Job:
     spec: GenerationSpec
     seed: int
     early: EarlyAbstention | None
+    reply_id: str = ""  # the reply's ``id`` (``chatcmpl-...``)
+    record_id: str | None = None  # with ``--log-run``: the id of the record it is stored as
 
 
 def request_early_abstention(body: GenerationRequest, default: EarlyAbstention | None
@@ -205,7 +215,7 @@ def logged_request(job: Job) -> dict[str, Any]:
     return {"endpoint": "text" if isinstance(job.prompt, str) else "chat",
             "stream": bool(body.stream), "max_tokens": body.max_tokens, "n": body.n,
             "temperature": body.temperature, "top_p": body.top_p,
-            "stop": list(body.stop_list()), "seed": job.seed}
+            "stop": list(body.stop_list()), "seed": job.seed, "reply_id": job.reply_id}
 
 
 def score_choices(pipe: Pipeline, job: Job, result: GenerationResult) -> list[Record]:
@@ -237,6 +247,15 @@ class StreamLog:
 
 def reply_id(kind: str) -> str:
     return f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
+
+
+#: The response header naming the stored record of a reply (``--log-run``).
+RECORD_HEADER = "X-Confide-Record-Id"
+
+
+def record_header(record_id: str | None) -> dict[str, str]:
+    """The reply's headers naming its stored record (none without one)."""
+    return {RECORD_HEADER: record_id} if record_id else {}
 
 
 def confide_object(record: Record, skipped: dict[str, str], calibrator: Calibrator | None,

@@ -29,7 +29,7 @@ from confide.core.errors import ConfigMismatch, StoreDamaged, StoreError
 from confide.core.jsonsafe import json_safe
 from confide.core.records import Record
 
-__all__ = ["FORMAT_VERSION", "HIDDEN_STATES_FIXED", "RunStore", "record_row"]
+__all__ = ["FORMAT_VERSION", "HIDDEN_STATES_FIXED", "RunStore", "StoreBusy", "record_row"]
 
 #: The version of what a run stores, written when a run is created (runs made before
 #: versions were written read as 1). 2: a pooled hidden state is the answer token's own
@@ -54,6 +54,11 @@ CREATE TABLE IF NOT EXISTS failures (
     item_id TEXT PRIMARY KEY, error TEXT NOT NULL, attempts INTEGER NOT NULL, failed_at REAL
 );
 """
+
+
+class StoreBusy(StoreError):
+    """Another connection held the run database's lock for longer than the store's
+    ``timeout``; nothing was written, and the same write may be tried again."""
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -114,8 +119,8 @@ class RunStore:
 
         With ``config``, a new run stores it and an existing run must match it;
         without, the run must exist (read-only use: eval, report, export).
-        ``timeout``: seconds a write waits for another connection's lock (then a
-        "busy" :class:`~confide.core.errors.StoreError`).
+        ``timeout``: seconds a write waits for another connection's lock (then
+        :class:`StoreBusy`, a :class:`~confide.core.errors.StoreError`).
         """
         path = Path(path)
         db = path / "run.sqlite"
@@ -173,9 +178,9 @@ class RunStore:
         except sqlite3.OperationalError as exc:
             text = str(exc).lower()
             if "locked" in text or "busy" in text:
-                raise StoreError(f"{self.path}: the run database is busy ({exc}); another "
-                                 "confide process is writing it, try again when it ends"
-                                 ) from exc
+                raise StoreBusy(f"{self.path}: the run database is busy ({exc}); another "
+                                "confide process is writing it, try again when it ends"
+                                ) from exc
             raise self._damaged(str(exc)) from exc
         except sqlite3.DatabaseError as exc:
             raise self._damaged(str(exc)) from exc
@@ -347,11 +352,19 @@ class RunStore:
         with self._guard():
             return int(self._conn.execute("SELECT COUNT(*) FROM records").fetchone()[0])
 
-    def put(self, record: Record, position: int) -> bool:
-        """Store one complete record in one transaction; False if it was already stored."""
+    def put(self, record: Record, position: int | None) -> bool:
+        """Store one complete record in one transaction; False if it was already stored.
+
+        ``position``: the record's place in the run; None appends it after the last
+        one stored, the position read inside the write transaction, so writers in
+        several processes (two servers logging into one run) never share one.
+        """
         data = json.dumps(record.to_dict(), allow_nan=False)
         with self._guard(), self._conn:
-            self._conn.execute("BEGIN IMMEDIATE")
+            self._conn.execute("BEGIN IMMEDIATE")  # the write lock: no one appends meanwhile
+            if position is None:
+                position = int(self._conn.execute(
+                    "SELECT COALESCE(MAX(position) + 1, 0) FROM records").fetchone()[0])
             cur = self._conn.execute(
                 "INSERT OR IGNORE INTO records(position, item_id, data, hidden, stored_at) "
                 "VALUES (?, ?, ?, ?, ?)",
