@@ -357,13 +357,18 @@ def test_combiner_file_without_quantiles_is_applied_as_it_was_fitted(rng):
     np.testing.assert_allclose(predict_params(params, x), 1 / (1 + np.exp(-logit)))
 
 
-def test_combiner_transfers_to_another_model(rng):
+def test_combiner_transfers_to_another_model_only_when_allowed(rng):
     y = np.array([0, 1] * 20)
     records = _records(np.zeros((40, 2)), y, scores={"s": y + rng.normal(size=40)})
     model = fit(records, kind="combiner", grader="contains", model=MODEL)
     fresh = _records(np.zeros((3, 2)), y[:3], scores={"s": np.array([0.0, 1.0, 2.0])},
                      prefix="n")
-    out = model.apply(fresh, run="x", backend={"backend": "openai", "model": "gpt"})
+    gpt = {"backend": "openai", "model": "gpt"}
+    with pytest.raises(ConfigMismatch, match="allow-other-model"):
+        model.apply(fresh, run="x", backend=gpt)
+    # the same model through another backend is the same model for scores
+    assert model.check_compatible({**gpt, "model": "smollm2"}) is None
+    out = model.apply(fresh, run="x", backend=gpt, allow_other_model=True)
     assert [s for s, _ in out] == sorted(s for s, _ in out)
 
 

@@ -48,6 +48,7 @@ from confide.evaluation.selfreflect import SelfReflectResult, selfreflect_distan
 from confide.evaluation.table import EvalTable
 from confide.grading.claims import ANSWER_GRADE
 from confide.ingest import detect_format
+from confide.integrations.openai_client import wrap
 from confide.metrics import METRICS, MetricSpec
 from confide.pipeline.answering import DEFAULT_SCORERS, Pipeline
 from confide.pipeline.plan import RunConfig, RunPlan, prepare, question_plan, sample_count
@@ -86,7 +87,7 @@ __all__ = [
     "export", "fit_learned", "generate_and_evaluate", "import_file", "label", "list_metrics",
     "list_scorers", "list_tasks", "load_calibrator", "load_model", "make_report", "open_run",
     "prepare", "refine", "replay_adaptive", "route", "run_server", "samples_needed", "score",
-    "score_answers", "selfreflect_distance", "stream", "summarize",
+    "score_answers", "selfreflect_distance", "stream", "summarize", "wrap",
 ]
 
 #: The former name of :func:`generate_and_evaluate` (``Run.evaluate`` became
@@ -222,16 +223,22 @@ def fit_learned(run: str | Path, *, kind: str = "probe", out: str | Path | None 
     return model
 
 
-def apply_learned(run: Run, files: Sequence[str | Path]) -> Run:
+def apply_learned(run: Run, files: Sequence[str | Path], *,
+                  allow_other_model: bool = False) -> Run:
     """Add the scores of fitted models (``confide fit`` files) to ``run``'s records, in memory.
 
     On the run a model was fitted on, its training items get their cross-fitted
-    scores; on another run, items it was trained on get NaN with the reason.
+    scores; on another run, items it was trained on get NaN with the reason. Each file
+    is checked first (:func:`confide.learned.apply_to_run`): a damaged file, an input no
+    record has, or a model fitted on another model's run (unless ``allow_other_model``)
+    is refused. What was applied, fitted on what, joins ``run.notes`` (and so every
+    table of it).
     """
     from confide.learned import apply_to_run
     from confide.learned.density import load_fitted
 
-    run.records = apply_to_run(run.path, [load_fitted(f) for f in files])
+    run.records = apply_to_run(run.path, [load_fitted(f) for f in files],
+                               allow_other_model=allow_other_model, notes=run.fitted_notes)
     return run
 
 

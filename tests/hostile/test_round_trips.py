@@ -192,3 +192,31 @@ def test_ray_worker_count_never_exceeds_blocks_or_local_cores_silently(
     assert note.startswith(f"Ray workers: {expected} started, not the {requested} asked")
     assert why in note
     assert 1 <= local_cores() <= 4096
+
+
+# -- export --format openai keeps the labels added with confide label --------------------
+
+def test_openai_export_keeps_labels_added_with_confide_label(tmp_path):
+    from confide.runs.labels import label_run
+
+    run = tmp_path / "run"
+    with RunStore.open(run, {"task": "t", "model": "m", "scorers": ["msp"],
+                             "grader": "contains", "seed": 0}) as store:
+        for i in range(4):  # answers whose tokens spell them, as a model's do
+            store.put(make_record([-0.1 * (i + 1)] * 3, item_id=f"q{i}", references=(),
+                                  text="t0t1t2"), i)
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(json.dumps({"id": f"q{i}", "label": i % 2}) + "\n"
+                              for i in range(4)), encoding="utf-8")
+    assert label_run(run, labels, name="human") == 4
+    shown = runner.invoke(app, ["export", str(run), "--format", "openai"])
+    assert shown.exit_code == 0, shown.output
+    exported = run / "records.openai.jsonl"
+    lines = [json.loads(line) for line in exported.read_text(encoding="utf-8").splitlines()]
+    assert [line["grades"] for line in lines] == [{"human": float(i % 2)} for i in range(4)]
+    # and they come back as the label of a re-import
+    again = import_file(exported, tmp_path / "again", scorers="msp", label_field="grades.human")
+    assert again.graded == 4
+    with RunStore.open(tmp_path / "again") as store:
+        assert {r.item.id: r.grades["label"] for r in store.records()} == {
+            f"q{i}": float(i % 2) for i in range(4)}

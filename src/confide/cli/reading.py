@@ -112,6 +112,9 @@ def eval_(
     with_: Annotated[Optional[list[Path]], typer.Option(
         "--with", help="add the scores of a fitted probe/combiner (confide fit); repeatable")
                      ] = None,
+    allow_other_model: Annotated[bool, typer.Option(
+        "--allow-other-model", help="--with: apply a model fitted on another model's run "
+                                    "(the table notes say so)")] = False,
 ) -> None:
     """Recompute every metric of a stored run (no model, no regeneration, no rescoring)."""
     from confide import api
@@ -127,7 +130,10 @@ def eval_(
     with user_errors():
         result = api.open_run(run_dir)
         if with_:
-            api.apply_learned(result, with_)
+            api.apply_learned(result, with_, allow_other_model=allow_other_model)
+        elif allow_other_model:
+            raise InvalidInputError("applies to fitted models; give them with --with FILE",
+                                    field="--allow-other-model")
         table = result.compute_table(grader=grader, metrics=names, n_resamples=resamples,
                                      metric_options={k: v for k, v in options.items()
                                                      if k in names})
@@ -180,8 +186,12 @@ def fit_(
         err_console.print(f"[yellow]warning[/yellow]: {escape(stale)}")
     rep = model.report
     auroc = rep.get("oof_auroc")
-    console.print(f"{model.kind} [bold]{escape(model.name)}[/bold] on {rep['n']} graded items "
-                  f"({rep['n_correct']} correct): chosen {escape(str(rep['chosen']))}; "
+    inputs = (f" from {len(model.features)} scorers ({', '.join(model.features)})"
+              if model.kind == "combiner" else "")
+    console.print(f"{model.kind} [bold]{escape(model.name)}[/bold]{escape(inputs)} fitted on "
+                  f"{escape(str(run_dir))} ({escape(model.model_name())}): {rep['n']} items "
+                  f"graded with {escape(repr(model.training.get('grader')))} "
+                  f"({rep['n_correct']} correct); chosen {escape(str(rep['chosen']))}; "
                   f"cross-fitted AUROC "
                   + ("–" if auroc is None else f"{auroc:.3f}"))
     for name, reason in (rep.get("left_out") or {}).items():

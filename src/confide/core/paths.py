@@ -19,21 +19,31 @@ naming the path and the option:
 
 A file's missing parent folders are created (and removed again when the check
 fails); a folder is not created by the check (a command that fails on its
-input leaves nothing behind). :func:`write_text` writes through the same check
-and turns a failure during the write itself (a full disk) into the same error.
+input leaves nothing behind).
+
+Every file is written whole or not at all: :func:`atomic_output` (a file handle for
+writers that stream) and :func:`write_text` (one string) write to a temporary file
+in the target's folder and rename it over the target only once everything is
+written and flushed to disk, so a crash, a full disk or an exception half way
+(text that cannot be encoded as UTF-8) never leaves an empty or partial file and
+never destroys an older good one. They go through the same check and turn a
+failure during the write itself into the same error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any, Literal, overload
 
 from confide.core.errors import InvalidInputError
 
-__all__ = ["writable_dir", "writable_file", "write_text"]
+__all__ = ["atomic_output", "writable_dir", "writable_file", "write_text"]
 
 
 def _refuse(target: Path, option: str, why: str) -> InvalidInputError:
@@ -162,12 +172,109 @@ def writable_dir(path: str | Path, option: str) -> Path:
     return target
 
 
-def write_text(path: str | Path, text: str, option: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` after :func:`writable_file`; a failing write (a full
-    disk) is the same :class:`~confide.core.errors.InvalidInputError`."""
-    target = writable_file(path, option)
+def _umask() -> int:
+    """The process's umask, read without changing it (``os.umask`` would, for all threads)."""
     try:
-        target.write_text(text, encoding="utf-8")
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
+def _unencodable(exc: UnicodeEncodeError) -> str:
+    bad = exc.object[exc.start:exc.end]
+    return (f"holds text that is not valid Unicode ({bad!r} at character {exc.start}: "
+            f"{exc.reason}); nothing was written")
+
+
+@overload
+def atomic_output(path: str | Path, option: str, *, binary: Literal[False] = ...
+                  ) -> contextlib.AbstractContextManager[IO[str]]: ...
+@overload
+def atomic_output(path: str | Path, option: str, *, binary: Literal[True]
+                  ) -> contextlib.AbstractContextManager[IO[bytes]]: ...
+def atomic_output(path: str | Path, option: str, *, binary: bool = False
+                  ) -> contextlib.AbstractContextManager[IO[Any]]:
+    """A file handle whose content replaces ``path`` only if the ``with`` block completes.
+
+    ``path`` is checked by :func:`writable_file`; the handle writes a temporary file in
+    the same folder (UTF-8 text, or bytes with ``binary``), which is flushed, synced
+    and renamed over ``path`` (``os.replace``: atomic) when the block ends without an
+    exception. On an exception the temporary file is removed and ``path`` is left as it
+    was: absent, or the older file. A symbolic link is written through (the link
+    stays); a device or a pipe (``/dev/stdout``) is written directly, as it cannot be
+    replaced. The file gets the mode of the file it replaces, or the umask's default.
+
+    Raises
+    ------
+    InvalidInputError : ``path:`` ``option:`` when the file cannot be written (a full
+        disk, a folder made read-only meanwhile) or, in text mode, when the text holds
+        characters UTF-8 cannot encode (a lone surrogate).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> target = Path(tempfile.mkdtemp()) / "out.txt"
+    >>> with atomic_output(target, "--out") as fh:
+    ...     _ = fh.write("kept")
+    >>> try:
+    ...     with atomic_output(target, "--out") as fh:
+    ...         _ = fh.write("half")
+    ...         raise RuntimeError("stopped")
+    ... except RuntimeError:
+    ...     pass
+    >>> target.read_text()
+    'kept'
+    """
+    return _atomic_output(Path(path), option, binary)
+
+
+@contextlib.contextmanager
+def _atomic_output(path: Path, option: str, binary: bool) -> Iterator[IO[Any]]:
+    target = writable_file(path, option)
+    mode = "wb" if binary else "w"
+    encoding = None if binary else "utf-8"
+    if target.exists() and not stat.S_ISREG(target.stat().st_mode):  # /dev/stdout, a pipe
+        try:
+            with open(target, mode, encoding=encoding) as fh:
+                yield fh
+        except OSError as exc:
+            raise _refuse(target, option, f"cannot be written: {_reason(exc)}") from exc
+        except UnicodeEncodeError as exc:
+            raise _refuse(target, option, _unencodable(exc)) from exc
+        return
+    real = Path(os.path.realpath(target))  # through a symbolic link; the link stays
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=real.parent)
     except OSError as exc:
         raise _refuse(target, option, f"cannot be written: {_reason(exc)}") from exc
-    return target
+    try:
+        try:
+            with os.fdopen(fd, mode, encoding=encoding) as fh:
+                yield fh
+                fh.flush()
+                os.fsync(fh.fileno())
+            keep = real.stat().st_mode if real.exists() else 0o666 & ~_umask()
+            os.chmod(tmp, stat.S_IMODE(keep))
+            os.replace(tmp, real)
+        except OSError as exc:
+            raise _refuse(target, option, f"cannot be written: {_reason(exc)}") from exc
+        except UnicodeEncodeError as exc:
+            raise _refuse(target, option, _unencodable(exc)) from exc
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text(path: str | Path, text: str, option: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` whole or not at all (:func:`atomic_output`,
+    after :func:`writable_file`); a failing write (a full disk, text UTF-8 cannot encode)
+    is the same :class:`~confide.core.errors.InvalidInputError` and leaves ``path`` as
+    it was."""
+    with atomic_output(path, option) as fh:
+        fh.write(text)
+    return Path(path)

@@ -433,13 +433,21 @@ def label_from(obj: dict[str, Any], ctx: Context, defaults: Iterable[str] = ()
                ) -> float | None:
     """The record's correctness label in [0, 1] (true/false or a number).
 
-    ``ctx.label_field`` (the user's choice) must be present; otherwise the first of
-    ``defaults`` present is read, and none gives None.
+    ``ctx.label_field`` (the user's choice) must be present; a dotted name
+    (``grades.human``, as ``confide export --format openai`` writes grades) reads a
+    field of an object. Otherwise the first of ``defaults`` present is read, and none
+    gives None.
     """
+    key: str | None
     if ctx.label_field is not None:
-        if ctx.label_field not in obj:
+        key = ctx.label_field
+        if key not in obj and "." in key:
+            head, _, rest = key.partition(".")
+            inner = obj.get(head)
+            if isinstance(inner, dict) and rest in inner:
+                obj, key = inner, rest
+        if key not in obj:
             raise BadField(ctx.label_field, "missing label field")
-        key: str | None = ctx.label_field
     else:
         key = next((k for k in defaults if k in obj), None)
     if key is None or obj[key] is None:
@@ -448,7 +456,8 @@ def label_from(obj: dict[str, Any], ctx: Context, defaults: Iterable[str] = ()
     if isinstance(value, bool):
         return float(value)
     if not _is_number(value) or not 0.0 <= float(value) <= 1.0:
-        raise BadField(key, f"a label must be true/false or a number in [0, 1], not {value!r}")
+        raise BadField(ctx.label_field or key,
+                       f"a label must be true/false or a number in [0, 1], not {value!r}")
     return float(value)
 
 

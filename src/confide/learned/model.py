@@ -14,15 +14,17 @@ import functools
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from confide.core.errors import CannotScore, ConfigMismatch, InvalidInputError
+from confide.core.paths import write_text
 from confide.core.records import Record
 from confide.learned.estimators import predict_params
+from confide.learned.schema import check_file, input_width
 from confide.scorers import ScoringContext, run_scorer, scorer_at
 from confide.scorers.fitted import fitted_context
 
@@ -35,6 +37,11 @@ TOKEN_FEATURES = ("mean_logprob", "min_logprob", "mean_entropy", "max_entropy",
                   "mean_kl_uniform", "log_length")
 Kind = Literal["probe", "lens", "combiner"]
 _FINAL = "fitted:final"  # the context's cache entry of a record's final-model score
+
+
+def _model_label(backend: dict[str, Any]) -> str:
+    model, name = backend.get("model"), backend.get("backend")
+    return f"model {model or '(unnamed)'!r}" + (f" (backend {name!r})" if name else "")
 
 
 def token_features(record: Record) -> np.ndarray:
@@ -115,57 +122,96 @@ class Learned:
     oof: dict[str, float] = field(default_factory=dict)
     report: dict[str, Any] = field(default_factory=dict)
     kinds: ClassVar[tuple[str, ...]] = KINDS  # what load() accepts (density adds its own)
+    #: the file it was read from (:meth:`load`), named in the errors of applying it
+    source: str | None = field(default=None, compare=False, repr=False)
 
     # -- persistence ----------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": FORMAT, **asdict(self)}
+        out = asdict(self)
+        del out["source"]
+        return {"format": FORMAT, **out}
 
     def save(self, path: str | Path) -> Path:
-        """Write this model as JSON (floats round-trip exactly; no pickle)."""
-        path = Path(path)
-        path.write_text(json.dumps(self.to_dict(), allow_nan=False, indent=1), encoding="utf-8")
-        return path
+        """Write this model as JSON (floats round-trip exactly; no pickle), whole or not at
+        all (:func:`~confide.core.paths.write_text`)."""
+        return write_text(path, json.dumps(self.to_dict(), allow_nan=False, indent=1), "--out")
 
     @classmethod
     def load(cls, path: str | Path) -> Learned:
-        """Read a model written by :meth:`save`; a clear error names what is wrong."""
+        """Read a model written by :meth:`save`, checked field by field
+        (:func:`~confide.learned.schema.check_file`): a file edited by hand or cut short
+        is refused with an :class:`~confide.core.errors.InvalidInputError` naming the file
+        and the field."""
         path = Path(path)
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except OSError as exc:
-            raise InvalidInputError(f"cannot read: {exc}", file=str(path)) from exc
+            raise InvalidInputError(f"cannot read: {exc.strerror or exc}", file=str(path),
+                                    field="--with") from exc
+        except UnicodeDecodeError as exc:
+            raise InvalidInputError(f"not UTF-8 text (byte {exc.start}); a fit file is the "
+                                    "JSON `confide fit` writes", file=str(path)) from exc
         except json.JSONDecodeError as exc:
-            raise InvalidInputError(f"not JSON: {exc.msg}", file=str(path), line=exc.lineno
-                                    ) from exc
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise InvalidInputError(f"not a confide learned-model file (expected format "
-                                    f"{FORMAT!r})", file=str(path), field="format")
-        if data.get("kind") not in cls.kinds:
-            raise InvalidInputError(f"unknown kind {data.get('kind')!r}; one of {cls.kinds}",
-                                    file=str(path), field="kind")
-        try:
-            return cls(**{k: v for k, v in data.items() if k != "format"})
-        except TypeError as exc:
-            raise InvalidInputError(f"malformed model file: {exc}", file=str(path)) from exc
+            raise InvalidInputError(f"not JSON: {exc.msg} (column {exc.colno}); the file is "
+                                    "damaged or cut short: fit the model again (`confide "
+                                    "fit`)", file=str(path), line=exc.lineno) from exc
+        except RecursionError as exc:
+            raise InvalidInputError("not a fit file: JSON nested too deeply",
+                                    file=str(path)) from exc
+        check_file(data, str(path), kinds=cls.kinds, format_=FORMAT)
+        known = {f.name for f in fields(cls)} - {"source"}
+        unknown = sorted(set(data) - known - {"format"})
+        if unknown:
+            raise InvalidInputError(f"unknown field(s) {', '.join(unknown)}; a fit file holds "
+                                    f"{', '.join(sorted(known))}", file=str(path),
+                                    field=unknown[0])
+        return cls(**{k: v for k, v in data.items() if k in known}, source=str(path))
+
+    @property
+    def label(self) -> str:
+        """How messages name it: its file, or its kind and score name."""
+        return self.source or f"{self.kind} {self.name!r}"
 
     # -- applying -------------------------------------------------------------------
 
-    def check_compatible(self, backend: dict[str, Any]) -> None:
-        """Refuse a run from another model (``probe``/``lens``); combiners transfer."""
-        if self.kind == "combiner":
-            return
-        mine = (self.model.get("backend"), self.model.get("model"))
-        theirs = (backend.get("backend"), backend.get("model"))
-        if mine != theirs:
-            raise ConfigMismatch(
-                f"this {self.kind} was fitted on hidden states of model {mine[1]!r} "
-                f"(backend {mine[0]!r}); the run was generated by {theirs[1]!r} "
-                f"(backend {theirs[0]!r}). Hidden states do not carry over between models.")
+    def model_name(self) -> str:
+        """The model it was fitted on, as messages name it."""
+        return _model_label(self.model)
+
+    def check_compatible(self, backend: dict[str, Any], *, allow_other_model: bool = False
+                         ) -> str | None:
+        """Refuse a run generated by another model than the training run's.
+
+        Hidden states (``probe``, ``lens``, density kinds) and scorer outputs (a
+        ``combiner``: their scales and what they mean for correctness) are the model's
+        own. ``allow_other_model`` applies it anyway and returns the note saying so
+        (None when the models agree).
+
+        Raises
+        ------
+        ConfigMismatch : the models differ and ``allow_other_model`` is false.
+        """
+        keys = ("model",) if self.kind == "combiner" else ("backend", "model")
+        if all(self.model.get(k) == backend.get(k) for k in keys):
+            return None
+        what = "hidden states" if self.kind != "combiner" else "scores"
+        note = (f"{self.name} ({self.label}) was fitted on {what} of {self.model_name()} and "
+                f"applied to a run of {_model_label(backend)}")
+        if allow_other_model:
+            return note + " (--allow-other-model)"
+        raise ConfigMismatch(
+            f"{self.label}: model: this {self.kind} was fitted on {what} of "
+            f"{self.model_name()}; the run was generated by {_model_label(backend)}. "
+            + ("Hidden states do not carry over between models"
+               if self.kind != "combiner" else "Scores of another model mean something else")
+            + "; fit it on a run of this model, or pass --allow-other-model "
+            "(allow_other_model=True) to apply it anyway.")
 
     def features_of(self, records: Sequence[Record]) -> tuple[np.ndarray, list[str | None]]:
         """Feature matrix for ``records`` and, per row, why it cannot be scored (or None)."""
-        return feature_matrix(self.kind, self.layer, self.features, records)
+        return feature_matrix(self.kind, self.layer, self.features, records,
+                              width=input_width(self.kind, self.params, len(self.features)))
 
     def predict(self, records: Sequence[Record]) -> list[tuple[float, str | None]]:
         """Final-model scores (no cross-fitting) of every record, training items too:
@@ -173,8 +219,8 @@ class Learned:
         :func:`~confide.scorers.run_scorer` (an empty answer gets NaN)."""
         return self._applied(records, fitted_context(self, final=True))
 
-    def apply(self, records: Sequence[Record], *, run: str,
-              backend: dict[str, Any]) -> list[tuple[float, str | None]]:
+    def apply(self, records: Sequence[Record], *, run: str, backend: dict[str, Any],
+              allow_other_model: bool = False) -> list[tuple[float, str | None]]:
         """Scores for a run's records, honest about training data.
 
         On the training run itself (same :func:`~confide.learned.run_digest`) a
@@ -182,9 +228,11 @@ class Learned:
         model was trained on gets NaN; every other item gets the final model's
         score. Each goes through :func:`~confide.scorers.run_scorer` with the
         registered scorer of this kind (:mod:`confide.scorers.fitted`), so an
-        empty answer gets NaN with the reason and a non-finite value NaN.
+        empty answer gets NaN with the reason and a non-finite value NaN. A run of
+        another model is refused unless ``allow_other_model``
+        (:meth:`check_compatible`).
         """
-        self.check_compatible(backend)
+        self.check_compatible(backend, allow_other_model=allow_other_model)
         return self._applied(records, fitted_context(self, run=run))
 
     def confidence(self, record: Record, ctx: ScoringContext) -> float:
@@ -231,8 +279,12 @@ class Learned:
 
 
 def feature_matrix(kind: str, layer: str | None, names: Sequence[str],
-                   records: Sequence[Record]) -> tuple[np.ndarray, list[str | None]]:
-    """Rows of ``kind``'s inputs for ``records`` and, per row, why it has none (or None)."""
+                   records: Sequence[Record], *, width: int | None = None
+                   ) -> tuple[np.ndarray, list[str | None]]:
+    """Rows of ``kind``'s inputs for ``records`` and, per row, why it has none (or None).
+
+    ``width``: the hidden-state length a fitted model reads; a record whose state has
+    another length gets a reason (a run of another model), not a row of zeros."""
     rows: list[np.ndarray] = []
     why: list[str | None] = []
     for r in records:
@@ -240,12 +292,19 @@ def feature_matrix(kind: str, layer: str | None, names: Sequence[str],
             rows.append(np.array([r.scores.get(n, math.nan) for n in names], dtype=np.float64))
             why.append(None)
             continue
-        assert layer is not None  # probes always carry a layer
+        if layer is None:
+            raise InvalidInputError(f"a {kind} reads a hidden state; no layer given",
+                                    field="layer")
         vec = _hidden(r, layer)
         if vec is None:
             rows.append(np.zeros(0))
             why.append(f"{kind}: no hidden state {layer} in the record (run with "
                        f"--hidden-layers {layer.split(':')[0]})")
+            continue
+        if width and vec.size != width:
+            rows.append(np.zeros(0))
+            why.append(f"{kind}: the record's hidden state {layer} has {vec.size} numbers; the "
+                       f"model reads {width} (a state of another model?)")
             continue
         if kind == "lens":
             tok = token_features(r)
@@ -256,9 +315,12 @@ def feature_matrix(kind: str, layer: str | None, names: Sequence[str],
             vec = np.concatenate([vec, tok])
         rows.append(vec)
         why.append(None)
-    width = max((len(v) for v in rows), default=0)
-    x = np.zeros((len(rows), width))
+    size = max((len(v) for v, w in zip(rows, why, strict=True) if w is None), default=0)
+    x = np.zeros((len(rows), size))
     for i, v in enumerate(rows):
-        if len(v) == width:
+        if why[i] is None and len(v) == size:
             x[i] = v
+        elif why[i] is None:  # fitting: states of one key must have one length
+            why[i] = (f"{kind}: the record's hidden state {layer} has {len(v)} numbers; "
+                      f"other records' have {size}")
     return x, why

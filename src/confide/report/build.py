@@ -30,6 +30,7 @@ from confide.core.records import Record
 from confide.evaluation.table import RunComparison, scorer_order
 from confide.report.data import SUMMARY_METRICS, RunView, run_comparison, run_view
 from confide.report.svg import Series, colour, line_chart, reliability_chart
+from confide.store.exports import unwritable_error
 from confide.store.run_store import RunStore
 
 __all__ = ["build_report", "render_report", "write_comparison", "write_report"]
@@ -199,11 +200,16 @@ def _unique_names(paths: Sequence[Path]) -> list[str]:
 
 
 def write_report(run_dir: str | Path, out: str | Path | None = None, **options: Any) -> Path:
-    """Write the report of one stored run (default: ``RUN/report.html``) and return its path."""
+    """Write the report of one stored run (default: ``RUN/report.html``) and return its path.
+
+    Written whole or not at all (:func:`~confide.core.paths.write_text`): a record whose
+    text cannot be written as UTF-8 is named (:class:`~confide.core.errors.StoreError`)
+    and no file is left behind."""
     if out is None:  # in the run's folder, which exists once the run is read
-        return write_text(Path(run_dir) / REPORT_NAME, build_report([run_dir], **options), "out")
+        return _write(Path(run_dir) / REPORT_NAME, build_report([run_dir], **options),
+                      [run_dir])
     target = writable_file(out, "out")  # before the work
-    return write_text(target, build_report([run_dir], **options), "out")
+    return _write(target, build_report([run_dir], **options), [run_dir])
 
 
 def write_comparison(run_dirs: Sequence[str | Path], out: str | Path, **options: Any) -> Path:
@@ -211,4 +217,17 @@ def write_comparison(run_dirs: Sequence[str | Path], out: str | Path, **options:
     if len(run_dirs) < 2:
         raise InvalidInputError("compare needs at least two runs", field="runs")
     target = writable_file(out, "out")
-    return write_text(target, build_report(run_dirs, **options), "out")
+    return _write(target, build_report(run_dirs, **options), run_dirs)
+
+
+def _write(target: Path, html: str, run_dirs: Sequence[str | Path]) -> Path:
+    """``html`` to ``target``; text UTF-8 cannot encode is traced to its record and field."""
+    try:
+        return write_text(target, html, "out")
+    except InvalidInputError as exc:
+        if not isinstance(exc.__cause__, UnicodeEncodeError):
+            raise
+        for run_dir in run_dirs:
+            if (named := unwritable_error(run_dir, _load(run_dir)[0], target)) is not None:
+                raise named from exc
+        raise

@@ -51,6 +51,9 @@ class Run:
             self.import_status: dict[str, Any] | None = _import_status(store, self.config)
             #: what the last execution changed of what was asked (a Ray worker count cut)
             self.execution_notes: list[str] = list(store.get_meta("execution_notes") or [])
+        #: fitted models applied to these records in memory, fitted on what
+        #: (:func:`confide.api.apply_learned`)
+        self.fitted_notes: list[str] = []
 
     @cached_property
     def records(self) -> list[Record]:
@@ -107,6 +110,7 @@ class Run:
                          "in the run, and that exemplar is left out of its own prompt (the "
                          "next exemplar takes its place, or the item has one shot fewer)")
         notes.extend(self.execution_notes)
+        notes.extend(self.fitted_notes)
         if self.hidden_states_note:
             notes.append(self.hidden_states_note)
         return notes
