@@ -82,10 +82,11 @@ def _tokens(text: str) -> list[str]:
 
 
 def _entry(t: int, tok: str, top: int) -> dict[str, Any]:
-    """Token t's log-probability entry: log p = -0.25 (t + 1)."""
+    """Token t's log-probability entry: log p = -0.25 (t + 1), the alternatives two nats
+    apart (so the listed probabilities sum below 1, as a real model's do)."""
     lp = -0.25 * (t + 1)
     alternatives = [{"token": tok, "logprob": lp, "bytes": list(tok.encode())}]
-    alternatives += [{"token": f"alt{j}", "logprob": lp - j - 1.0, "bytes": None}
+    alternatives += [{"token": f"alt{j}", "logprob": lp - 2.0 * (j + 1), "bytes": None}
                      for j in range(max(0, top - 1))]
     return {"token": tok, "logprob": lp, "bytes": list(tok.encode()),
             "top_logprobs": alternatives[:top]}

@@ -109,10 +109,10 @@ def test_the_openai_backend_and_an_import_of_its_replies_give_the_same_statistic
         # the generated run too; self-certainty on neither path
         assert {"mean_entropy", "max_entropy", "cocoa_mte"} <= valued(record)
         assert "self_certainty" not in valued(record)
-        # token k: log p = -0.25 (k + 1), alternatives one nat apart, best first
+        # token k: log p = -0.25 (k + 1), alternatives two nats apart, best first
         lp = -0.25 * np.arange(1, len(record.greedy.tokens) + 1)
         k = record.greedy.top_logprobs.shape[1]
-        expected = [entropy_lower_bound([v - j for j in range(k)]) for v in lp]
+        expected = [entropy_lower_bound([v - 2.0 * j for j in range(k)]) for v in lp]
         np.testing.assert_allclose(record.greedy.token_entropies, expected, rtol=1e-6)
 
 

@@ -56,8 +56,8 @@ def test_openai_generate_reads_tokens_logprobs_and_samples():
     # then lists its end-of-turn token, which is not part of the answer
     assert a.greedy.tokens == ["answer", " " + a.greedy.text.split()[1]]
     np.testing.assert_allclose(a.greedy.token_logprobs, [-0.25, -0.5])
-    np.testing.assert_allclose(a.greedy.top_logprobs, [[-0.25, -1.25, -2.25],
-                                                       [-0.5, -1.5, -2.5]])
+    np.testing.assert_allclose(a.greedy.top_logprobs, [[-0.25, -2.25, -4.25],
+                                                       [-0.5, -2.5, -4.5]])
     assert a.greedy.top_tokens[1][1:] == ["alt0", "alt1"]
     assert len(a.samples) == 2 and len(b.samples) == 2
     # samples were asked with the item's seed, greedy with temperature 0
