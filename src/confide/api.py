@@ -47,7 +47,7 @@ from confide.evaluation.claims import ClaimTable, evaluate_claims
 from confide.evaluation.selfreflect import SelfReflectResult, selfreflect_distance
 from confide.evaluation.table import EvalTable
 from confide.grading.claims import ANSWER_GRADE
-from confide.ingest import detect_format
+from confide.ingest import detect, detect_format  # noqa: F401 (detect: the CLI says why)
 from confide.integrations.openai_client import wrap
 from confide.metrics import METRICS, MetricSpec
 from confide.pipeline.answering import DEFAULT_SCORERS, Pipeline

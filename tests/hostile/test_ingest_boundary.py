@@ -216,3 +216,37 @@ def test_a_log_cut_short_says_so(tmp_path):
     with pytest.raises(InvalidInputError, match=r"deep\.jsonl:1: record: JSON nested too "
                                                 "deeply to read"):
         list(read_generations(deep, "jsonl"))
+
+
+def test_standard_input_is_refused_by_name(tmp_path):
+    shown = runner.invoke(app, ["score", "-", "--out", str(tmp_path / "run")], input="{}\n")
+    assert shown.exit_code == 1 and "Traceback" not in shown.output
+    assert "-: standard input is not read: save the log to a file" in _said(shown)
+
+
+def test_data_and_label_files_refuse_a_lone_surrogate_at_its_field(tmp_path):
+    from confide.runs.labels import label_run
+    from confide.tasks import load_task
+
+    data = tmp_path / "qa.jsonl"
+    data.write_text('{"id": "a", "question": "Q\\udcff?", "references": ["x"]}\n'
+                    '{"id": "b", "question": "Q2?", "references": ["y"]}\n', encoding="utf-8")
+    with pytest.raises(InvalidInputError, match=rf"^{data}:1: question: invalid Unicode"):
+        load_task(str(data))
+    kept = load_task(str(data), on_bad_record="skip")
+    assert [it.id for it in kept.items] == ["b"] and kept.skipped[0][0] == f"{data}:1"
+    array = tmp_path / "qa.json"
+    array.write_text('[{"id": "a", "question": "Q?", "references": ["x\\ud800"]}]',
+                     encoding="utf-8")
+    with pytest.raises(InvalidInputError, match=r"qa\.json: references\[0\]: record 1: "
+                                                "invalid Unicode"):
+        load_task(str(array))
+    run = tmp_path / "run"
+    with RunStore.open(run, {"task": "t", "model": "m", "scorers": [], "grader": "contains",
+                             "seed": 0}) as store:
+        from tests.conftest import make_record
+        store.put(make_record([-0.1], item_id="a", references=()), 0)
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text('{"id": "a", "label": 1, "note": "ok\\udcff"}\n', encoding="utf-8")
+    with pytest.raises(InvalidInputError, match=rf"^{labels}:1: note: invalid Unicode"):
+        label_run(run, labels, name="human")

@@ -223,9 +223,7 @@ def score(
     target = output_dir(out, "--out")
     with user_errors():
         if fmt == "auto":
-            from confide.ingest import detect
-
-            chosen, why = detect(file)
+            chosen, why = api.detect(file)
             console.print(f"reading {escape(str(file))} as {chosen} (detected: {escape(why)}; "
                           "--format overrides)")
         else:

@@ -96,6 +96,7 @@ from confide.core.errors import InvalidInputError
 from confide.core.needs import Need
 from confide.core.records import Generation, Item, Record
 from confide.core.registry import Registry
+from confide.core.unicode import lone_surrogate, lone_surrogate_message, may_escape_surrogate
 from confide.ingest.sources import open_log
 
 __all__ = ["BadField", "CHUNK", "Context", "FORMATS", "Fit", "Imported", "LOGPROB_TOLERANCE",
@@ -562,8 +563,6 @@ def file_layout(path: Path, source: str) -> str:
 
 
 _BLANK = object()
-# A lone surrogate: a JSON escape such as "\udcff" decodes to one, and no text may hold it.
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def decode_line(raw: bytes, n: int) -> Any:
@@ -587,7 +586,7 @@ def decode_line(raw: bytes, n: int) -> Any:
                         + _cut_short(exc, line, last=not raw.endswith(b"\n")))
     except RecursionError:
         return BadField("record", _TOO_DEEP)
-    return _unicode_checked(value) if _escapes_surrogate(line) else value
+    return _unicode_checked(value) if may_escape_surrogate(line) else value
 
 
 _TOO_DEEP = ("JSON nested too deeply to read (more levels of [ and { than Python's JSON "
@@ -602,42 +601,14 @@ def _cut_short(exc: json.JSONDecodeError, text: str, *, last: bool) -> str:
             "truncated?)" if last else ": cut short, the line ends inside a JSON value")
 
 
-def _escapes_surrogate(text: str, start: int = 0, end: int | None = None) -> bool:
-    """Whether JSON ``text[start:end]`` may escape a surrogate (``\\ud800``-``\\udfff``):
-    only such a text can decode to a lone one (UTF-8 bytes cannot), so only its value is
-    searched."""
-    return text.find("\\ud", start, end) >= 0 or text.find("\\uD", start, end) >= 0
-
-
 def _unicode_checked(value: Any) -> Any:
     """``value``, or the :class:`BadField` of its first text holding a lone surrogate."""
-    found = _lone_surrogate(value)
+    found = lone_surrogate(value)
     if found is None:
         return value
     where, char = found
-    return BadField(where, f"invalid Unicode: a lone surrogate \\u{ord(char):04x} (half of "
-                           "a character cut in two; valid JSON, but no text); fix the log, or "
-                           "skip such records (on_bad_record='skip', --on-bad-record skip)")
-
-
-def _lone_surrogate(value: Any) -> tuple[str, str] | None:
-    """``(field, surrogate)`` of the first text (or key) of ``value`` holding a lone
-    surrogate, the field shown with the surrogate escaped."""
-    stack: list[tuple[str, Any]] = [("", value)]
-    while stack:  # no recursion: a value may be nested up to the decoder's limit
-        where, v = stack.pop()
-        if isinstance(v, str):
-            if m := _SURROGATE.search(v):
-                return where or "record", m.group()
-        elif isinstance(v, dict):
-            for key, item in reversed(list(v.items())):
-                at = f"{where}.{key}" if where else key
-                if m := _SURROGATE.search(key):
-                    return at.encode("utf-8", "backslashreplace").decode("ascii"), m.group()
-                stack.append((at, item))
-        elif isinstance(v, list):
-            stack.extend((f"{where}[{i}]", v[i]) for i in reversed(range(len(v))))
-    return None
+    return BadField(where, f"{lone_surrogate_message(char)}; fix the log, or skip such "
+                           "records (on_bad_record='skip', --on-bad-record skip)")
 
 
 def is_blank(value: Any) -> bool:
@@ -750,6 +721,6 @@ def _iter_values(fh: IO[bytes], source: str, *, array: bool) -> Iterator[tuple[i
                 continue
             break
         line = buf.line
-        escaped = _escapes_surrogate(buf.text, buf.pos, end)
+        escaped = may_escape_surrogate(buf.text, buf.pos, end)
         buf.advance(end)
         yield line, _unicode_checked(value) if escaped else value

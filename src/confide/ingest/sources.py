@@ -6,7 +6,8 @@ its name.
 
 Refused by name, with what to do instead: a Parquet file (a ``confide export``; its
 ``openai`` or ``jsonl`` export is what ``score`` reads), a zip archive, zstd (the
-``zstandard`` module is not a dependency), a directory, and a pipe or device.
+``zstandard`` module is not a dependency), a directory, a pipe or device, and standard
+input (``-``: an import resumes by its file's hash, which a stream does not have).
 """
 
 from __future__ import annotations
@@ -73,6 +74,10 @@ def log_source(path: str | Path) -> LogSource:
     Raises :class:`~confide.core.errors.InvalidInputError` for a missing path, a
     directory, or a pipe or device.
     """
+    if str(path) in ("-", "/dev/stdin"):
+        raise InvalidInputError("standard input is not read: save the log to a file and "
+                                "give its path (an import resumes by the file's hash)",
+                                file=str(path))
     p = Path(path)
     if p.is_file():
         return LogSource(str(p), p)

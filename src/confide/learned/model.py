@@ -24,7 +24,7 @@ from confide.core.errors import CannotScore, ConfigMismatch, InvalidInputError
 from confide.core.paths import write_text
 from confide.core.records import Record
 from confide.learned.estimators import predict_params
-from confide.learned.schema import check_file, input_width
+from confide.learned.schema import TOKEN_FEATURES, check_file, input_width
 from confide.scorers import ScoringContext, run_scorer, scorer_at
 from confide.scorers.fitted import fitted_context
 
@@ -33,8 +33,6 @@ __all__ = ["FORMAT", "KINDS", "TOKEN_FEATURES", "Kind", "Learned", "feature_matr
 
 FORMAT = "confide-learned/1"
 KINDS = ("probe", "lens", "combiner")
-TOKEN_FEATURES = ("mean_logprob", "min_logprob", "mean_entropy", "max_entropy",
-                  "mean_kl_uniform", "log_length")
 Kind = Literal["probe", "lens", "combiner"]
 _FINAL = "fitted:final"  # the context's cache entry of a record's final-model score
 

@@ -33,10 +33,13 @@ from typing import Any
 
 from confide.core.errors import InvalidInputError
 
-__all__ = ["HIDDEN_KEY", "check_file", "input_width"]
+__all__ = ["HIDDEN_KEY", "TOKEN_FEATURES", "check_file", "input_width"]
 
 #: A hidden-state key: a layer index and a pooling (``8:mean``, ``-1:last``).
 HIDDEN_KEY = re.compile(r"^-?\d+:(mean|last)$")
+#: The token-probability features a lens reads (:func:`confide.learned.model.token_features`).
+TOKEN_FEATURES = ("mean_logprob", "min_logprob", "mean_entropy", "max_entropy",
+                  "mean_kl_uniform", "log_length")
 _LINEAR = ("probe", "lens", "combiner")
 _DENSITY = ("mahalanobis", "relative_mahalanobis", "huq")
 _TREE_FIELDS = ("value", "feature_idx", "num_threshold", "missing_go_to_left", "left", "right",
@@ -156,8 +159,6 @@ def check_file(data: Any, path: str, *, kinds: tuple[str, ...], format_: str) ->
             raise check.fail("layer", f"a {kind} reads one hidden state, named like '8:mean' "
                                       f"or '-1:last'; got {_what(layer)}"
                                       + (" (a combiner relabelled?)" if layer is None else ""))
-        from confide.learned.model import TOKEN_FEATURES
-
         wanted = list(TOKEN_FEATURES) if kind == "lens" else []
         if features != wanted:
             raise check.fail("features", f"a {kind} reads {wanted or 'no named inputs'}; got "

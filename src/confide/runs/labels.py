@@ -31,6 +31,7 @@ from typing import Any
 
 from confide.core.errors import InvalidInputError
 from confide.core.records import Record
+from confide.core.unicode import lone_surrogate, lone_surrogate_message, may_escape_surrogate
 from confide.grading import GRADERS
 from confide.runs.stored import Run
 from confide.store.run_store import RunStore
@@ -78,6 +79,9 @@ def read_labels(path: str | Path, known: set[str], *, id_field: str = "id",
             if not isinstance(obj, dict):
                 raise InvalidInputError(f"expected a JSON object, got {type(obj).__name__}",
                                         file=source, line=n, field="record")
+            if may_escape_surrogate(text) and (found := lone_surrogate(obj)) is not None:
+                raise InvalidInputError(lone_surrogate_message(found[1]), file=source, line=n,
+                                        field=found[0])
             item_id = _item_id(obj, id_field, source, n)
             if item_id not in known and aliases and item_id in aliases:
                 item_id = aliases[item_id]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from confide.core.errors import InvalidInputError
+from confide.core.unicode import lone_surrogate, lone_surrogate_message, may_escape_surrogate
 from confide.tasks.base import BadRecords
 
 __all__ = ["iter_csv", "iter_json_array", "iter_jsonl", "iter_parquet"]
@@ -60,6 +61,10 @@ def iter_json_array(path: str | Path, bad: BadRecords) -> Iterator[tuple[int, di
             bad.bad(InvalidInputError(f"record {n}: expected a JSON object, got "
                                       f"{type(obj).__name__}", file=str(path), field="record"))
             continue
+        if (found := lone_surrogate(obj)) is not None:
+            bad.bad(InvalidInputError(f"record {n}: {lone_surrogate_message(found[1])}",
+                                      file=str(path), field=found[0]))
+            continue
         yield n, obj
 
 
@@ -87,6 +92,10 @@ def iter_jsonl(path: str | Path, bad: BadRecords) -> Iterator[tuple[int, dict[st
             if not isinstance(obj, dict):
                 bad.bad(InvalidInputError(f"expected a JSON object, got {type(obj).__name__}",
                                           file=str(path), line=n, field="record"))
+                continue
+            if may_escape_surrogate(line) and (found := lone_surrogate(obj)) is not None:
+                bad.bad(InvalidInputError(lone_surrogate_message(found[1]), file=str(path),
+                                          line=n, field=found[0]))
                 continue
             yield n, obj
 
