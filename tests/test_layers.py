@@ -27,7 +27,7 @@ PACKAGE = SRC / "confide"
 # only by its exact name, so a module nobody placed is caught.
 LAYERS = ["core", "metrics", "text", "tasks", "backends", "ingest", "store", "grading",
           "equivalence", "scorers", "pipeline", "evaluation", "runs", "learned", "decisions",
-          "report", "serve", "api", "cli"]
+          "report", "serve", "integrations", "api", "cli"]
 RANK = {name: i for i, name in enumerate([*LAYERS, "package"])}
 
 
