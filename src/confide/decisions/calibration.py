@@ -35,6 +35,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from confide.core.errors import InvalidInputError
+from confide.core.frames import data_frame
 from confide.decisions._runs import run_column
 from confide.metrics.calibration import (
     ReliabilityDiagram,
@@ -295,6 +296,23 @@ class CalibrationFit:
     crossfit_ece: float
     crossfit_brier: float
     reliability: ReliabilityDiagram
+
+    def to_pandas(self) -> Any:
+        """One row per reliability bin of the cross-fitted probabilities (``lower``,
+        ``upper``, ``mean_confidence``, ``accuracy``, ``count``), the fit's figures in the
+        frame's ``attrs``. Needs pandas."""
+        d = self.reliability
+        frame = data_frame([{"lower": float(d.lower[b]), "upper": float(d.upper[b]),
+                             "mean_confidence": float(d.mean_confidence[b]),
+                             "accuracy": float(d.accuracy[b]), "count": int(d.counts[b])}
+                            for b in range(len(d.counts))])
+        frame.attrs.update({"scorer": self.calibrator.scorer,
+                            "method": self.calibrator.method, "n": self.n,
+                            "n_missing": self.n_missing, "accuracy": self.accuracy,
+                            "insample_ece": self.insample_ece,
+                            "crossfit_ece": self.crossfit_ece,
+                            "crossfit_brier": self.crossfit_brier})
+        return frame
 
 
 def calibrate_run(run: Any, scorer: str, *, method: Method = "isotonic",

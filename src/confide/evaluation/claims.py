@@ -26,8 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from confide.core.frames import data_frame, scorer_rows
 from confide.core.jsonsafe import json_safe
 from confide.core.records import Record
+from confide.evaluation.notebook import html_table
 from confide.evaluation.table import EvalTable, ScorerRow, evaluate_records
 from confide.grading.claims import ANSWER_GRADE
 from confide.metrics import UndefinedMetricWarning, bootstrap_interval
@@ -77,6 +79,13 @@ class ClaimTable:
     answers: EvalTable | None = None
     level: float = 0.95
     notes: list[str] = field(default_factory=list)
+
+    def to_pandas(self) -> Any:
+        """One row per claim scorer, as :meth:`EvalTable.to_pandas`. Needs pandas."""
+        return data_frame(scorer_rows(self.rows))
+
+    def _repr_html_(self) -> str:
+        return html_table(self.as_eval_table())
 
     def as_eval_table(self) -> EvalTable:
         """The claim rows in the shape of an answer table (one row per claim scorer), for

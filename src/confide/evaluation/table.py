@@ -49,8 +49,10 @@ from typing import Any
 import numpy as np
 
 from confide.core.errors import InvalidInputError
+from confide.core.frames import data_frame, scorer_rows
 from confide.core.jsonsafe import json_safe
 from confide.core.records import Record
+from confide.evaluation.notebook import html_table
 from confide.metrics import (
     METRICS,
     ReliabilityDiagram,
@@ -217,6 +219,17 @@ class EvalTable:
 
     def row(self, scorer: str) -> ScorerRow:
         return next(r for r in self.rows if r.scorer == scorer)
+
+    def to_pandas(self) -> Any:
+        """One row per scorer: ``n``, ``coverage``, each metric with its interval
+        (``auroc``, ``auroc_low``, ``auroc_high``, ...), the paired difference to the best
+        scorer and the NaN reasons (:func:`confide.core.frames.scorer_rows`). Needs pandas."""
+        return data_frame(scorer_rows(self.rows))
+
+    def _repr_html_(self) -> str:
+        """The table in a notebook: the run's line, one row per scorer (point [low, high]
+        per metric) and the notes."""
+        return html_table(self)
 
     @property
     def grader_agreement(self) -> dict[str, float]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from confide.backends import Backend, item_seed
 from confide.core.errors import InvalidInputError
+from confide.core.frames import data_frame
 from confide.core.records import Item, Record
 from confide.equivalence.judges import default_judge, make_judge
 from confide.equivalence.summary import UncertaintySummary, summarize
@@ -64,11 +65,17 @@ class ScoredAnswers(list[ScoredAnswer]):
     :meth:`to_pandas`."""
 
     def to_pandas(self) -> Any:
-        """One row per answer: question, answer, each confidence, each NaN reason
-        (``reason.<scorer>``) and each grade (``grade.<grader>``)."""
-        from confide.core.frames import answers_frame
-
-        return answers_frame(self)
+        """One row per answer: ``question``, ``answer``, one column per scorer (its
+        confidence, NaN where it has none), ``reason.<scorer>`` (why it is NaN) and
+        ``grade.<grader>``. Needs pandas."""
+        rows = []
+        for a in self:
+            row: dict[str, Any] = {"question": a.question, "answer": a.answer,
+                                   **a.confidences}
+            row.update({f"reason.{k}": v for k, v in a.reasons.items()})
+            row.update({f"grade.{k}": v for k, v in a.grades.items()})
+            rows.append(row)
+        return data_frame(rows)
 
 
 def _item(question: Question, index: int) -> Item:

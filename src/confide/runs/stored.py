@@ -20,13 +20,14 @@ from typing import Any
 
 from confide.backends import Backend
 from confide.core.errors import InvalidInputError, StoreError
+from confide.core.frames import data_frame
 from confide.core.options import DEFAULT_MODEL, DEFAULT_TASK
 from confide.core.records import Record
 from confide.evaluation.table import DEFAULT_METRICS, EvalTable, evaluate_records, scorer_order
 from confide.pipeline.plan import QUESTIONS_GRADER, RunConfig
 from confide.runs.execution import Progress, RunOutcome, execute
 from confide.store.exports import export_run
-from confide.store.run_store import RunStore
+from confide.store.run_store import RunStore, record_row
 
 __all__ = ["Run", "default_run_dir", "generate_and_evaluate", "open_run"]
 
@@ -114,6 +115,13 @@ class Run:
         if self.hidden_states_note:
             notes.append(self.hidden_states_note)
         return notes
+
+    def to_pandas(self) -> Any:
+        """One row per record, as the row exports write it
+        (:func:`~confide.store.run_store.record_row`): ``id``, ``question``, ``answer``,
+        ``references``, ``grade.<grader>``, ``score.<scorer>`` (None where NaN) and
+        ``why.<scorer>`` (the reason). Needs pandas."""
+        return data_frame([record_row(r) for r in self.records])
 
     #: The former name of :meth:`compute_table`, kept working.
     evaluate = compute_table
