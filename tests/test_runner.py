@@ -154,3 +154,21 @@ def test_runs_made_before_the_hidden_state_fix_are_recognised(hf_model, tmp_path
     assert any("predate the fix" in note for note in run.compute_table(n_resamples=10).notes)
     with pytest.raises(ConfigMismatch, match="predate the fix"):
         api.generate_and_evaluate(hf_model, out=tmp_path, **settings)
+
+
+@pytest.mark.model
+def test_evaluate_without_out_writes_nothing_here_and_says_where(hf_model, tmp_path,
+                                                                 monkeypatch):
+    import inspect
+
+    monkeypatch.chdir(tmp_path)
+    run = api.generate_and_evaluate(hf_model, limit=2, max_new_tokens=3, batch_size=2)
+    assert list(tmp_path.iterdir()) == []  # no runs/ folder in the caller's folder
+    (note,) = [n for n in run.notes if "temporary folder" in n]
+    assert str(run.path) in note and run.path.is_dir() and len(run.records) == 2
+    assert any("temporary folder" in n for n in run.compute_table(n_resamples=10).notes)
+    # the CLI's defaults and names, typed: a typo is refused by name before anything runs
+    params = inspect.signature(api.generate_and_evaluate).parameters
+    assert params["limit"].default == 200 and "scorers" in params and "settings" not in params
+    with pytest.raises(TypeError, match="limt"):
+        api.generate_and_evaluate(hf_model, limt=2)  # type: ignore[call-arg]

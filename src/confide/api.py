@@ -238,7 +238,7 @@ def apply_learned(run: Run, files: Sequence[str | Path], *,
     from confide.learned.density import load_fitted
 
     run.records = apply_to_run(run.path, [load_fitted(f) for f in files],
-                               allow_other_model=allow_other_model, notes=run.fitted_notes)
+                               allow_other_model=allow_other_model, notes=run.session_notes)
     return run
 
 

@@ -13,7 +13,8 @@ import hashlib
 import json
 import re
 import shlex
-from dataclasses import replace
+import tempfile
+from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,17 @@ from typing import Any
 from confide.backends import Backend
 from confide.core.errors import InvalidInputError, StoreError
 from confide.core.frames import data_frame
-from confide.core.options import DEFAULT_MODEL, DEFAULT_TASK
+from confide.core.options import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_LIMIT,
+    DEFAULT_MODEL,
+    DEFAULT_TASK,
+    DEFAULT_TEMPERATURE,
+    DEFAULT_TOP_P,
+)
 from confide.core.records import Record
 from confide.evaluation.table import DEFAULT_METRICS, EvalTable, evaluate_records, scorer_order
+from confide.pipeline.answering import DEFAULT_SCORERS
 from confide.pipeline.plan import QUESTIONS_GRADER, RunConfig
 from confide.runs.execution import Progress, RunOutcome, execute
 from confide.store.exports import export_run
@@ -52,9 +61,10 @@ class Run:
             self.import_status: dict[str, Any] | None = _import_status(store, self.config)
             #: what the last execution changed of what was asked (a Ray worker count cut)
             self.execution_notes: list[str] = list(store.get_meta("execution_notes") or [])
-        #: fitted models applied to these records in memory, fitted on what
-        #: (:func:`confide.api.apply_learned`)
-        self.fitted_notes: list[str] = []
+        #: what this process did to the run that its tables must say: fitted models
+        #: applied in memory, fitted on what (:func:`confide.api.apply_learned`); a
+        #: temporary folder (:func:`generate_and_evaluate` without ``out``)
+        self.session_notes: list[str] = []
 
     @cached_property
     def records(self) -> list[Record]:
@@ -111,7 +121,7 @@ class Run:
                          "in the run, and that exemplar is left out of its own prompt (the "
                          "next exemplar takes its place, or the item has one shot fewer)")
         notes.extend(self.execution_notes)
-        notes.extend(self.fitted_notes)
+        notes.extend(self.session_notes)
         if self.hidden_states_note:
             notes.append(self.hidden_states_note)
         return notes
@@ -213,21 +223,46 @@ def default_run_dir(config: RunConfig) -> Path:
 
 def generate_and_evaluate(model: Backend | str | None = None, *, task: str = DEFAULT_TASK,
                           out: str | Path | None = None, progress: Progress | None = None,
-                          **settings: Any) -> Run:
+                          limit: int | None = DEFAULT_LIMIT,
+                          scorers: Sequence[str] = DEFAULT_SCORERS, grader: str | None = None,
+                          data_path: str | None = None, max_new_tokens: int | None = None,
+                          n_samples: int | None = None,
+                          temperature: float = DEFAULT_TEMPERATURE, top_p: float = DEFAULT_TOP_P,
+                          hidden_layers: Sequence[int] = (),
+                          batch_size: int = DEFAULT_BATCH_SIZE, seed: int = 0,
+                          task_options: dict[str, Any] | None = None, judge: str | None = None,
+                          judge_options: dict[str, Any] | None = None,
+                          on_bad_record: str = "raise") -> Run:
     """Generate, score and grade a run (or resume it) and return it with its table:
-    ``confide run`` from Python, with the same defaults.
+    ``confide run`` from Python, with the same defaults and meanings.
 
-    ``model`` is a loaded backend or a model name (default: the bundled model).
-    ``settings`` are :class:`~confide.pipeline.plan.RunConfig` fields: ``limit``
-    (0: every item), ``scorers``, ``grader``, ``max_new_tokens``, ``seed``,
-    ``data_path``, ...
+    Parameters
+    ----------
+    model : a loaded backend or a model name (default: the bundled model).
+    task : a built-in task, a data file, or ``hf:<name>``.
+    out : the run directory; the same settings resume it. None: a new temporary folder,
+        named in ``run.notes`` (nothing is written into the working folder).
+    progress : called as items are stored.
+    limit : the first that many items (default 200, as ``confide run``); 0 or None: all.
+    scorers, grader, data_path, max_new_tokens, n_samples, temperature, top_p,
+    hidden_layers, batch_size, seed, task_options, judge, judge_options, on_bad_record :
+        the :class:`~confide.pipeline.plan.RunConfig` fields of the same names (and
+        ``confide run``'s options).
     """
     backend = model if model is not None and not isinstance(model, str) else None
     name = model if isinstance(model, str) else (
         backend.config().get("model", DEFAULT_MODEL) if backend is not None else DEFAULT_MODEL)
-    if "scorers" in settings:
-        settings["scorers"] = tuple(settings["scorers"])
-    config = replace(RunConfig(), model=str(name), task=task, **settings)
-    out = Path(out) if out is not None else default_run_dir(config)
-    outcome = execute(config, out, backend=backend, progress=progress)
-    return Run(out, outcome=outcome)
+    config = RunConfig(model=str(name), task=task, data_path=data_path, limit=limit,
+                       scorers=tuple(scorers), grader=grader, max_new_tokens=max_new_tokens,
+                       n_samples=n_samples, temperature=temperature, top_p=top_p,
+                       hidden_layers=tuple(hidden_layers), batch_size=batch_size, seed=seed,
+                       task_options=dict(task_options or {}), judge=judge,
+                       judge_options=dict(judge_options or {}), on_bad_record=on_bad_record)
+    temporary = out is None
+    target = Path(tempfile.mkdtemp(prefix="confide-run-")) if out is None else Path(out)
+    outcome = execute(config, target, backend=backend, progress=progress)
+    run = Run(target, outcome=outcome)
+    if temporary:
+        run.session_notes.append(f"stored in the temporary folder {target} (no out= given): "
+                                "pass out= to keep a run where you choose and to resume it")
+    return run
