@@ -2,7 +2,9 @@
 
 Every ```` ```python ```` block of README.md is executed in one namespace: first the
 blocks that import confide (they define ``model``), then the others in file order, as a
-reader pasting them into a notebook would.
+reader pasting them into a notebook would. A block whose first line says it needs a
+server (``# needs an OpenAI-compatible server``) is left out: tests/test_integrations.py
+runs the same calls against real servers.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 
 def python_blocks() -> list[str]:
-    blocks = BLOCK.findall(README.read_text(encoding="utf-8"))
+    blocks = [b for b in BLOCK.findall(README.read_text(encoding="utf-8"))
+              if not b.startswith("# needs an OpenAI-compatible server")]
     return sorted(blocks, key=lambda code: "import confide" not in code)  # stable
 
 
