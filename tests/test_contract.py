@@ -36,7 +36,12 @@ Rules checked, for every scorer and every degenerate record:
   a scorer that reads the samples' texts scores it strictly below the same record
   whose samples all pick A (``A.``, ``(A)``, ``A``, ``A. bank``), as it does the
   record whose other samples are ``The`` and ``.`` (which SQuAD normalisation
-  once made one empty answer with ``A``).
+  once made one empty answer with ``A``);
+* every answer-level scorer declares its readable form (:class:`Readable`): a
+  transform, or ``none:`` with the reason; a transform maps every value (a grid from
+  :math:`-10^{6}` to :math:`10^{6}` and the scorer's values on the records above) into
+  [0, 1], monotone non-decreasing (the confidence order is kept), NaN to NaN, and
+  gives the same on an array as one value at a time.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from confide.equivalence.judges import ExactJudge
 from confide.grading import GRADERS, grade
 from confide.metrics import METRICS, UndefinedMetricWarning
 from confide.scorers import SCORERS, Cost, Need, ScoringContext, run_scorer, scorers_at
+from confide.scorers.base import Readable
 
 N_SAMPLES = 4
 # claim level: tests/claims; fitted kinds (Need.TRAINING): tests/test_learned.py, test_density.py
@@ -294,6 +300,49 @@ def test_letter_answers_for_two_options_never_agree_like_one(name, first):
         return  # reads the samples' statistics, not their texts (the three differ in text only)
     assert split < agree, f"{name}: samples picking A and B scored {split} >= all A {agree}"
     assert blank < agree, f"{name}: samples 'The' and '.' scored {blank} >= all A {agree}"
+
+
+# ----------------------------------------------------------------------- readable forms
+
+ALL_ANSWER = [spec.name for spec in scorers_at("answer")]  # the fitted kinds included
+WITH_READABLE = [n for n in ALL_ANSWER
+                 if SCORERS[n].readable is not None and SCORERS[n].readable.exists]
+GRID = np.array([-1e6, -1e3, -50.0, -10.0, -3.0, -1.0, -0.5, -0.1, -1e-9, 0.0, 1e-9, 0.1,
+                 0.5, 0.9, 1.0, 1.0 + 1e-9, 3.0, 50.0, 1e6])
+
+
+@pytest.mark.parametrize("name", ALL_ANSWER)
+def test_every_answer_scorer_declares_its_readable_form(name):
+    readable = SCORERS[name].readable
+    assert isinstance(readable, Readable), f"{name}: no readable form declared (readable=)"
+    assert readable.formula.strip(), f"{name}: the readable form says nothing"
+    if not readable.exists:
+        assert readable.formula.startswith("none: ") and len(readable.formula) > 12, name
+    if SCORERS[name].probability:
+        assert readable.exists, f"{name}: a probability has a readable form, itself"
+
+
+def _check_transform(name: str, values: np.ndarray) -> None:
+    readable = SCORERS[name].readable
+    values = np.sort(values[np.isfinite(values)])
+    out = np.array([readable(float(v)) for v in values])
+    assert np.all((out >= 0.0) & (out <= 1.0)), (name, values[(out < 0) | (out > 1)])
+    assert np.all(np.diff(out) >= 0.0), f"{name}: the readable form breaks the order"
+    together = np.asarray(readable.transform(values), dtype=np.float64)
+    np.testing.assert_allclose(together, out, rtol=0, atol=0, err_msg=name)
+    assert math.isnan(readable(math.nan)), f"{name}: NaN must stay NaN"
+    assert np.isnan(readable.transform(np.array([math.nan, 0.0])))[0], name
+
+
+@pytest.mark.parametrize("name", WITH_READABLE)
+def test_readable_transform_maps_into_unit_interval_keeping_order_and_nan(name):
+    _check_transform(name, GRID)
+
+
+@pytest.mark.parametrize("name", [n for n in WITH_READABLE if n in SCORER_NAMES])
+def test_readable_transform_of_the_scorers_own_values(name, first):
+    values = np.array([first(name, case)[0] for case in CASES])
+    _check_transform(name, np.concatenate([values, GRID]))
 
 
 # ----------------------------------------------------------------------- graders

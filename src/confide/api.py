@@ -18,7 +18,7 @@ import asyncio
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast, overload
+from typing import Any, Literal, cast, overload
 
 from confide.backends import Backend, item_seed, load_backend
 from confide.core.errors import (
@@ -36,7 +36,13 @@ from confide.core.records import Item
 from confide.decisions.abstention import AbstentionFit
 from confide.decisions.abstention import abstain_run as abstain
 from confide.decisions.adaptive import AdaptiveReport, replay_adaptive
-from confide.decisions.calibration import CalibrationFit, load_calibrator
+from confide.decisions.calibration import (
+    CalibrationFit,
+    Calibrator,
+    as_calibrator,
+    load_calibrator,
+    shipped_calibrator,
+)
 from confide.decisions.calibration import calibrate_run as calibrate
 from confide.decisions.refining import RefineSummary, refine, refine_run
 from confide.decisions.routing import CascadeCurve, CascadePoint, cascade
@@ -51,7 +57,14 @@ from confide.ingest import detect, detect_format  # noqa: F401 (detect: the CLI 
 from confide.integrations.openai_client import wrap
 from confide.metrics import METRICS, MetricSpec
 from confide.pipeline.answering import DEFAULT_SCORERS, Pipeline
-from confide.pipeline.plan import RunConfig, RunPlan, prepare, question_plan, sample_count
+from confide.pipeline.plan import (
+    RunConfig,
+    RunPlan,
+    prepare,
+    question_plan,
+    sample_count,
+    scorer_names,
+)
 from confide.pipeline.streaming import EarlyAbstention, StreamEnd, TokenUpdate, stream_answer
 from confide.runs.answers import (
     Question,
@@ -59,9 +72,9 @@ from confide.runs.answers import (
     ScoredAnswers,
     answer_questions,
     as_items,
-    ascore_answers,
-    score_answers,
+    backend_model,
 )
+from confide.runs.answers import score_answers as _score_answers
 from confide.runs.claims import ClaimConfig, ClaimOutcome, add_claims
 from confide.runs.execution import Progress, RunOutcome
 from confide.runs.execution import execute as execute_plan
@@ -89,6 +102,10 @@ __all__ = [
     "prepare", "refine", "replay_adaptive", "route", "run_server", "samples_needed", "score",
     "score_answers", "selfreflect_distance", "stream", "summarize", "wrap",
 ]
+
+#: What ``calibrator=`` takes: a fitted calibrator or the path of its JSON file; None for
+#: the one shipped for the model (:func:`score`), False for none.
+CalibratorArg = Calibrator | str | Path | Literal[False] | None
 
 #: The former name of :func:`generate_and_evaluate` (``Run.evaluate`` became
 #: :meth:`Run.compute_table`), kept working.
@@ -127,17 +144,19 @@ def execute(config: RunConfig | RunPlan, out: str | Path, *, backend: Backend | 
 def score(model: Backend, questions: str | Item | Mapping[str, Any], *,  # type: ignore[overload-overlap]
           scorers: str | Sequence[str] = ..., max_new_tokens: int = ...,
           stop: tuple[str, ...] = ..., seed: int = ..., n_samples: int = ..., judge: str = ...,
-          claims: ClaimConfig | bool = ..., grader: str | None = ...) -> ScoredAnswer: ...
+          claims: ClaimConfig | bool = ..., grader: str | None = ...,
+          calibrator: CalibratorArg = ...) -> ScoredAnswer: ...
 @overload
 def score(model: Backend, questions: Sequence[Question], *,
           scorers: str | Sequence[str] = ..., max_new_tokens: int = ...,
           stop: tuple[str, ...] = ..., seed: int = ..., n_samples: int = ..., judge: str = ...,
-          claims: ClaimConfig | bool = ..., grader: str | None = ...) -> ScoredAnswers: ...
+          claims: ClaimConfig | bool = ..., grader: str | None = ...,
+          calibrator: CalibratorArg = ...) -> ScoredAnswers: ...
 def score(model: Backend, questions: Question | Sequence[Question], *,
           scorers: str | Sequence[str] = DEFAULT_SCORERS, max_new_tokens: int = 32,
           stop: tuple[str, ...] = ("\n",), seed: int = 0, n_samples: int = 0,
-          judge: str = "exact", claims: ClaimConfig | bool = False, grader: str | None = None
-          ) -> ScoredAnswer | ScoredAnswers:
+          judge: str = "exact", claims: ClaimConfig | bool = False, grader: str | None = None,
+          calibrator: CalibratorArg = None) -> ScoredAnswer | ScoredAnswers:
     """Answer each question greedily and return the answers with their confidences.
 
     A question is text, an :class:`~confide.core.records.Item`, or a mapping with
@@ -156,12 +175,71 @@ def score(model: Backend, questions: Question | Sequence[Question], *,
     answer into claims and score them (``answer.record.claims``; ungraded), for
     long answers: give a larger ``max_new_tokens`` and ``stop=()``; then
     :func:`confide.refine` drops or marks the doubtful claims.
+
+    Each answer carries ``readable`` (each scorer's natural [0, 1] form, where one
+    exists) and, when a calibrator stands behind it, ``probability`` (of being right)
+    with ``calibration`` (its provenance and ``warnings``). ``calibrator``: a
+    :class:`~confide.decisions.calibration.Calibrator` or the path of its JSON file
+    (its scorer is run if not named); None (default) uses the one shipped for this
+    model, if any, for the first of ``scorers`` that has one; False: none. A calibrator
+    fitted on another model or prompt style says so in ``calibration["warnings"]``.
     """
     items, single = as_items(questions)
+    if calibrator is None:
+        chosen = shipped_calibrator(backend_model(model), scorer_names(scorers))
+    else:
+        chosen = None if calibrator is False else as_calibrator(calibrator)
     answers = answer_questions(model, items, scorers=scorers, max_new_tokens=max_new_tokens,
                                stop=stop, seed=seed, n_samples=n_samples, judge=judge,
-                               claims=claims, grader=grader)
+                               claims=claims, grader=grader, calibrator=chosen)
     return answers[0] if single else answers
+
+
+@overload  # a str is also a Sequence[str]: this overload, listed first, wins for it
+def score_answers(questions: str | Item | Mapping[str, Any],  # type: ignore[overload-overlap]
+                  answers: str, *, samples: Sequence[str] | None = ...,
+                  logprobs: Any = ..., sample_logprobs: Sequence[Any] | None = ...,
+                  scorers: str | Sequence[str] = ..., judge: str | None = ...,
+                  grader: str | None = ..., calibrator: Calibrator | str | Path | None = ...,
+                  model: str | None = ..., prompt_style: str | None = ...) -> ScoredAnswer: ...
+@overload
+def score_answers(questions: Sequence[Question], answers: Sequence[str], *,
+                  samples: Sequence[Sequence[str]] | None = ...,
+                  logprobs: Sequence[Any] | None = ...,
+                  sample_logprobs: Sequence[Sequence[Any] | None] | None = ...,
+                  scorers: str | Sequence[str] = ..., judge: str | None = ...,
+                  grader: str | None = ..., calibrator: Calibrator | str | Path | None = ...,
+                  model: str | None = ..., prompt_style: str | None = ...) -> ScoredAnswers: ...
+def score_answers(questions: Question | Sequence[Question], answers: str | Sequence[str], *,
+                  samples: Any = None, logprobs: Any = None, sample_logprobs: Any = None,
+                  scorers: str | Sequence[str] = "all", judge: str | None = None,
+                  grader: str | None = None, calibrator: Calibrator | str | Path | None = None,
+                  model: str | None = None, prompt_style: str | None = None
+                  ) -> ScoredAnswer | ScoredAnswers:
+    """Score answers made elsewhere, through the engine of ``confide score``
+    (:func:`confide.runs.answers.score_answers` documents every parameter).
+
+    ``calibrator``: a :class:`~confide.decisions.calibration.Calibrator` or the path of
+    its JSON file; each answer then has a ``probability`` and its ``calibration``. None
+    is chosen for answers made elsewhere: give one fitted on graded answers of the model
+    that wrote them, and name that ``model`` (and ``prompt_style``, ``"chat"`` or
+    ``"k-shot"``), or the answers' ``calibration["warnings"]`` say they are not stated.
+    """
+    chosen = None if calibrator is None else as_calibrator(calibrator)
+    return _score_answers(questions, answers, samples=samples, logprobs=logprobs,
+                          sample_logprobs=sample_logprobs, scorers=scorers, judge=judge,
+                          grader=grader, calibrator=chosen, model=model,
+                          prompt_style=prompt_style)
+
+
+async def ascore_answers(questions: Question | Sequence[Question],
+                         answers: str | Sequence[str], **options: Any
+                         ) -> ScoredAnswer | ScoredAnswers:
+    """:func:`score_answers` awaited off the event loop (in a worker thread), so it runs
+    inside Jupyter's running loop and beside other requests."""
+    run = cast(Any, score_answers)  # the overloads' union of inputs, passed on as given
+    return cast("ScoredAnswer | ScoredAnswers",
+                await asyncio.to_thread(lambda: run(questions, answers, **options)))
 
 
 async def ascore(model: Backend, questions: Question | Sequence[Question], **options: Any

@@ -54,15 +54,17 @@ def compare(
 
 @app.command()
 def scorers() -> None:
-    """List the registered scorers by family and cost, with their level (answer or claim)
-    and what they need."""
+    """List the registered scorers by family and cost, with their level (answer or claim),
+    what they need and their natural [0, 1] form (or why they have none)."""
     from confide import api
     from confide.cli.tables import print_table
 
     rows = [[spec.name, spec.family, spec.cost.value, spec.level,
-             ", ".join(sorted(n.value for n in spec.needs)) or "–", escape(spec.summary)]
+             ", ".join(sorted(n.value for n in spec.needs)) or "–", escape(spec.summary),
+             escape(spec.readable.formula) if spec.readable else "–"]
             for spec in api.list_scorers()]
-    print_table(console, ["scorer", "family", "cost", "level", "needs", "summary"], rows)
+    print_table(console, ["scorer", "family", "cost", "level", "needs", "summary",
+                          "in [0, 1]"], rows)
 
 
 @app.command()

@@ -10,6 +10,20 @@ float back) or an array (an array back); NaN stays NaN — an answer without
 a confidence is never read as confident. :func:`load_calibrator` reads the
 JSON back (``confide serve --calibrator FILE`` uses it).
 
+Provenance
+----------
+A probability holds for the answers a calibrator was fitted on: one model, one task,
+one prompt style. :func:`calibrate_run` keeps them in the calibrator's ``extra``
+(:data:`PROVENANCE_KEYS`: ``model``, ``task``, ``prompt_style`` ``"chat"`` or
+``"k-shot"``, ``num_fewshot``, ``accuracy`` and the cross-fitted (out-of-fold)
+``crossfit_ece`` and ``crossfit_brier``), beside ``n_fit`` (items) and ``grader``;
+:attr:`Calibrator.provenance` gathers them. :meth:`Calibrator.calibrate` gives an
+answer's probability with that provenance and a ``warnings`` list that says when the
+answer comes from another model or another prompt style, or when the calibrator does
+not say (a file written before provenance was kept still loads). Calibrators shipped
+for the bundled model lie in ``confide/decisions/calibrators/``
+(:func:`shipped_calibrator`; ``benchmarks/ship_calibrators.py`` writes them).
+
 The fitting, the cross-fitting and the reliability diagram are the calibration
 core of :mod:`confide.metrics.crossfit` and :mod:`confide.metrics.calibration`,
 shared with the evaluation and the report; this module adds the saved object.
@@ -27,6 +41,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
@@ -36,7 +51,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from confide.core.errors import InvalidInputError
 from confide.core.frames import data_frame
-from confide.decisions._runs import run_column
+from confide.decisions._runs import as_run, run_column
 from confide.metrics.calibration import (
     ReliabilityDiagram,
     brier_loss,
@@ -53,12 +68,23 @@ from confide.metrics.crossfit import (
     fit_calibration,
 )
 
-__all__ = ["CALIBRATION_METHODS", "CalibrationFit", "Calibrator", "ReliabilityDiagram",
-           "calibrate_run", "fit_calibrator", "load_calibrator", "reliability_diagram"]
+__all__ = ["CALIBRATION_METHODS", "PROMPT_STYLES", "PROVENANCE_KEYS", "SHIPPED_DIR",
+           "CalibrationFit", "Calibrator", "ReliabilityDiagram", "as_calibrator",
+           "calibrate_run", "fit_calibrator", "load_calibrator", "reliability_diagram",
+           "run_provenance", "shipped_calibrator"]
 
 _KIND = "confide.calibrator"
 _VERSION = 1
 FloatArray = NDArray[np.float64]
+
+#: How the answers' prompts were written: chat messages, or one completion text with
+#: ``num_fewshot`` worked examples before the question.
+PROMPT_STYLES = ("chat", "k-shot")
+#: The keys of :attr:`Calibrator.extra` that say what a calibrator was fitted on.
+PROVENANCE_KEYS = ("model", "task", "prompt_style", "num_fewshot", "accuracy",
+                   "crossfit_ece", "crossfit_brier")
+#: The calibrators shipped with the package, one ``<model>-<scorer>.json`` each.
+SHIPPED_DIR = Path(__file__).parent / "calibrators"
 
 
 # --------------------------------------------------------------------------- the object
@@ -73,7 +99,9 @@ class Calibrator:
     constant outside); ``histogram``: ``{"edges": [...], "values": [...]}``
     (``len(values) == len(edges) + 1``; bin ``j`` holds
     ``edges[j-1] < c <= edges[j]``). ``n_fit`` counts the graded items it was
-    fitted on; ``source`` says where they came from.
+    fitted on; ``source`` says where they came from; ``extra`` holds what they were
+    (:data:`PROVENANCE_KEYS`, see the module's notes). ``file``: the JSON it was
+    loaded from (not saved).
     """
 
     scorer: str
@@ -83,6 +111,83 @@ class Calibrator:
     grader: str | None = None
     source: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    file: str | None = field(default=None, compare=False)
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """What the calibrator was fitted on: scorer, method, model, task, prompt style,
+        number of few-shot examples, items (``n_items``), grader, accuracy, cross-fitted
+        ECE and Brier score, source run and file (None where not recorded), and
+        ``shipped`` (whether it came with confide)."""
+        out: dict[str, Any] = {"scorer": self.scorer, "method": self.method}
+        out.update({key: self.extra.get(key) for key in PROVENANCE_KEYS})
+        out.update({"n_items": self.n_fit, "grader": self.grader, "source": self.source,
+                    "file": self.file,
+                    "shipped": self.file is not None
+                    and Path(self.file).resolve().parent == SHIPPED_DIR.resolve()})
+        return out
+
+    def calibrate(self, confidence: float, *, model: str | None = None,
+                  prompt_style: str | None = None, num_fewshot: int | None = None,
+                  reason: str | None = None) -> tuple[float, dict[str, Any]]:
+        """An answer's probability of being right, with the calibration's provenance.
+
+        ``confidence`` is the answer's raw value of :attr:`scorer` (NaN: none, then
+        ``reason`` says why); ``model``, ``prompt_style`` (``"chat"`` or ``"k-shot"``)
+        and ``num_fewshot`` describe the answer (None: not known). Returns the
+        probability (NaN without a confidence) and :attr:`provenance` plus
+        ``applied_to`` (the answer's model and prompt) and ``warnings``: one line each
+        where the answer lies outside what the calibrator was fitted on, or where
+        either side does not say.
+
+        >>> cal = Calibrator("msp", "platt", {"a": 1.0, "b": 0.0},
+        ...                  extra={"model": "smollm2", "prompt_style": "chat"})
+        >>> p, info = cal.calibrate(0.0, model="other", prompt_style="chat")
+        >>> p, info["warnings"][0][:45]
+        (0.5, "fitted on answers of model 'smollm2', applied")
+        """
+        info = self.provenance
+        info["applied_to"] = {"model": model, "prompt_style": prompt_style,
+                              "num_fewshot": num_fewshot}
+        warnings = self._conditions(model, prompt_style, num_fewshot)
+        if math.isnan(confidence):
+            warnings.append(f"no {self.scorer} value for this answer"
+                            + (f" ({reason})" if reason else "") + ": no probability")
+        info["warnings"] = warnings
+        return (math.nan if math.isnan(confidence) else self.predict(confidence)), info
+
+    def _conditions(self, model: str | None, style: str | None, shots: int | None
+                    ) -> list[str]:
+        fitted_model = self.extra.get("model")
+        fitted_style = self.extra.get("prompt_style")
+        fitted_shots = self.extra.get("num_fewshot")
+        out = []
+        if fitted_model is None:
+            out.append("the calibrator does not say which model it was fitted on (a file "
+                       "written before provenance was kept): refit it with confide calibrate "
+                       "to know the probability holds for this model")
+        elif model is None:
+            out.append(f"the answers' model is not stated (pass model=): the calibrator "
+                       f"was fitted on answers of {fitted_model!r}")
+        elif model != fitted_model:
+            out.append(f"fitted on answers of model {fitted_model!r}, applied to answers of "
+                       f"{model!r}: the probability is calibrated for {fitted_model!r} only; "
+                       f"fit a calibrator on graded answers of {model!r} (confide calibrate)")
+        fitted = _prompt_words(fitted_style, fitted_shots)
+        applied = _prompt_words(style, shots)
+        if fitted_style is None:
+            out.append("the calibrator does not say which prompt style it was fitted on")
+        elif style is None:
+            out.append(f"the answers' prompt style is not stated (pass prompt_style=): "
+                       f"the calibrator was fitted on answers to {fitted} prompts")
+        elif style != fitted_style or (shots is not None and fitted_shots is not None
+                                       and shots != fitted_shots):
+            task = self.extra.get("task")
+            out.append(f"fitted on answers to {fitted} prompts"
+                       + (f" ({task})" if task else "")
+                       + f", applied to answers to {applied} prompts: the prompt changes the "
+                       "answers' length and confidence, so the probability may be off")
+        return out
 
     @overload
     def predict(self, confidence: float) -> float: ...
@@ -124,9 +229,13 @@ class Calibrator:
         n_fit = d.get("n_fit", 0)
         if isinstance(n_fit, bool) or not isinstance(n_fit, int) or n_fit < 0:
             raise InvalidInputError(f"must be a count, got {n_fit!r}", file=file, field="n_fit")
+        extra = d.get("extra") or {}
+        if not isinstance(extra, dict):
+            raise InvalidInputError("must be a JSON object", file=file, field="extra")
+        _check_provenance(extra, file)
         return cls(scorer=scorer, method=method, params=params, n_fit=n_fit,
-                   grader=d.get("grader"), source=d.get("source"),
-                   extra=dict(d.get("extra") or {}))
+                   grader=d.get("grader"), source=d.get("source"), extra=dict(extra),
+                   file=file)
 
     def save(self, path: str | Path) -> Path:
         """Write the calibrator as JSON to ``path`` (parent folders are created)."""
@@ -140,6 +249,60 @@ def load_calibrator(path: str | Path) -> Calibrator:
     line of a JSON syntax error, or the bad field).
     """
     return Calibrator.from_dict(read_json(path), file=str(path))
+
+
+def as_calibrator(calibrator: Calibrator | str | Path) -> Calibrator:
+    """A :class:`Calibrator` given as itself or as the path of its JSON file."""
+    if isinstance(calibrator, Calibrator):
+        return calibrator
+    if isinstance(calibrator, (str, Path)):
+        return load_calibrator(calibrator)
+    raise InvalidInputError(f"a calibrator is a Calibrator (confide.calibrate(...).calibrator, "
+                            f"fit_calibrator) or the path of its JSON file, not "
+                            f"{type(calibrator).__name__}", field="calibrator")
+
+
+def shipped_calibrator(model: str | None, scorers: Sequence[str]) -> Calibrator | None:
+    """The calibrator shipped for ``model`` of the first of ``scorers`` that has one
+    (``SHIPPED_DIR/<model>-<scorer>.json``), or None."""
+    if not model:
+        return None
+    for name in scorers:
+        path = SHIPPED_DIR / f"{model}-{name}.json"
+        if path.is_file():
+            return load_calibrator(path)
+    return None
+
+
+def _prompt_words(style: str | None, shots: int | None) -> str:
+    if style == "k-shot":
+        return f"{shots}-shot completion" if shots is not None else "k-shot completion"
+    if style == "chat" and shots:
+        return f"chat ({shots} example turns)"
+    return str(style)
+
+
+def _check_provenance(extra: dict[str, Any], file: str | None) -> None:
+    for key in ("model", "task"):
+        value = extra.get(key)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise InvalidInputError(f"must be a name, got {value!r}", file=file,
+                                    field=f"extra.{key}")
+    style = extra.get("prompt_style")
+    if style is not None and style not in PROMPT_STYLES:
+        raise InvalidInputError(f"must be one of {', '.join(PROMPT_STYLES)}, got {style!r}",
+                                file=file, field="extra.prompt_style")
+    shots = extra.get("num_fewshot")
+    if shots is not None and (isinstance(shots, bool) or not isinstance(shots, int)
+                              or shots < 0):
+        raise InvalidInputError(f"must be a count, got {shots!r}", file=file,
+                                field="extra.num_fewshot")
+    for key in ("accuracy", "crossfit_ece", "crossfit_brier"):
+        value = extra.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not 0 <= value <= 1):
+            raise InvalidInputError(f"must be a number in [0, 1], got {value!r}", file=file,
+                                    field=f"extra.{key}")
 
 
 def check_header(d: Any, kind: str, version: int, file: str | None) -> None:
@@ -320,16 +483,47 @@ def calibrate_run(run: Any, scorer: str, *, method: Method = "isotonic",
                   seed: int = 0) -> CalibrationFit:
     """Fit a calibrator of ``scorer`` on a graded run (a :class:`~confide.api.Run` or its
     directory) and measure it by cross-fitting; records without that score are left out
-    and counted."""
+    and counted. The calibrator keeps its provenance (:func:`run_provenance`, the
+    accuracy and the cross-fitted ECE and Brier score) in ``extra``."""
+    run = as_run(run)
     col = run_column(run, scorer, grader)
     calibrator = fit_calibrator(col.confidence, col.correct, method=method, scorer=scorer,
                                 n_bins=n_bins, grader=col.grader, source=col.source)
     crossfit = crossfit_probabilities(col.confidence, col.correct, method=method,
                                       n_folds=n_folds, n_bins=n_bins, seed=seed)
-    return CalibrationFit(
+    fit = CalibrationFit(
         calibrator=calibrator, n=int(col.confidence.size), n_missing=col.n_missing,
         accuracy=float(col.correct.mean()),
         insample_ece=calibration_error(calibrator.predict(col.confidence), col.correct),
         crossfit_ece=calibration_error(crossfit, col.correct),
         crossfit_brier=brier_loss(crossfit, col.correct),
         reliability=reliability_diagram(crossfit, col.correct, n_bins=10))
+    calibrator.extra.update({**run_provenance(run), "accuracy": fit.accuracy,
+                             "crossfit_ece": fit.crossfit_ece,
+                             "crossfit_brier": fit.crossfit_brier})
+    return fit
+
+
+def run_provenance(run: Any) -> dict[str, Any]:
+    """The model, task and prompt style of a stored run's answers (None where the run
+    does not say: an imported log names no prompt style).
+
+    A task whose formats have no chat template (TriviaQA) prompts every model with
+    its ``num_fewshot``-shot completion text; otherwise a model with a chat template
+    was given chat messages (``chat_fewshot`` example turns).
+    """
+    run = as_run(run)
+    config = run.config or {}
+    task: dict[str, Any] = config["task"] if isinstance(config.get("task"), dict) else {}
+    model = config.get("model") or run.backend_config.get("model")
+    out: dict[str, Any] = {"model": str(model) if model else None,
+                           "task": task.get("name") or None,
+                           "prompt_style": None, "num_fewshot": None}
+    templates = task.get("templates")
+    chat_template = run.backend_config.get("chat_template")
+    if isinstance(templates, dict) and chat_template is not None:
+        chat = bool(chat_template) and templates.get("chat") is not None
+        out["prompt_style"] = "chat" if chat else "k-shot"
+        shots = task.get("chat_fewshot" if chat else "num_fewshot")
+        out["num_fewshot"] = shots if isinstance(shots, int) else None
+    return out

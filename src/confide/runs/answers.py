@@ -7,6 +7,11 @@ written as the OpenAI Chat Completions response it would have been, read through
 import boundary (:func:`confide.ingest.parse_value`: the same checks, the same
 statistics as a log) and scored by the import's scorer plan, so an answer gets the
 same confidences whichever door it came through.
+
+Each answer also carries its scorers' readable [0, 1] forms
+(:class:`~confide.scorers.base.Readable`) and, given a calibrator (an
+:class:`AnswerCalibrator`, such as :class:`confide.decisions.calibration.Calibrator`), a
+calibrated probability of being right with the calibration's provenance and warnings.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from confide.backends import Backend, item_seed
 from confide.core.errors import InvalidInputError
@@ -26,7 +31,7 @@ from confide.equivalence.summary import UncertaintySummary, summarize
 from confide.grading import GRADERS
 from confide.ingest import parse_value
 from confide.pipeline.answering import Pipeline
-from confide.pipeline.plan import QUESTIONS_GRADER, question_plan
+from confide.pipeline.plan import QUESTIONS_GRADER, question_plan, scorer_names
 from confide.pipeline.scorer_plan import IMPORTABLE, ScorerPlan, plan_scorers
 from confide.runs.claims import ClaimConfig, claim_record
 from confide.runs.import_workers import scored
@@ -34,12 +39,28 @@ from confide.runs.importing import import_scorers
 from confide.scorers import SCORERS
 from confide.scorers.base import scorer_at
 
-__all__ = ["Question", "ScoredAnswer", "ScoredAnswers", "answer_questions", "as_items",
-           "ascore_answers", "score_answers"]
+__all__ = ["AnswerCalibrator", "Question", "ScoredAnswer", "ScoredAnswers", "answer_questions",
+           "as_items", "ascore_answers", "backend_model", "score_answers"]
 
 #: A question as the Python API takes it: text, an :class:`Item`, or a mapping with
 #: ``question`` (text or chat messages) and optionally ``references`` and ``id``.
 Question = str | Item | Mapping[str, Any]
+
+# How an answer's prompt was written (confide.decisions.calibration.PROMPT_STYLES, which
+# this layer cannot import): chat messages, or one completion text with k examples.
+_PROMPT_STYLES = ("chat", "k-shot")
+
+
+class AnswerCalibrator(Protocol):
+    """What turns an answer's raw confidence of ``scorer`` into a probability of being
+    right, with the calibration's provenance and warnings
+    (:meth:`confide.decisions.calibration.Calibrator.calibrate`)."""
+
+    scorer: str
+
+    def calibrate(self, confidence: float, *, model: str | None = None,
+                  prompt_style: str | None = None, num_fewshot: int | None = None,
+                  reason: str | None = None) -> tuple[float, dict[str, Any]]: ...
 
 
 @dataclass
@@ -49,6 +70,15 @@ class ScoredAnswer:
     ``grades`` holds the grader's value (1.0 right, 0.0 wrong) where the question came
     with references. ``summary`` describes the sampled answers
     (:func:`confide.equivalence.summary.summarize`) when at least two were drawn.
+
+    ``readable``: per scorer whose value has one, its natural [0, 1] form
+    (``ScorerSpec.readable`` holds each formula; NaN where the confidence is NaN): the
+    geometric-mean token probability for ``mean_logprob``, the agreeing share for
+    ``agreement``. Not a probability of being right: that is ``probability``, present
+    (else None) when a calibrator fitted on graded answers stands behind it;
+    ``calibration`` then says which (its scorer, model, task, prompt style, items,
+    cross-fitted ECE, ...) and lists in ``warnings`` where this answer lies outside
+    what it was fitted on.
     """
 
     question: str
@@ -58,6 +88,19 @@ class ScoredAnswer:
     record: Record | None = field(default=None, repr=False)
     summary: UncertaintySummary | None = None
     grades: dict[str, float] = field(default_factory=dict)
+    readable: dict[str, float] = field(default_factory=dict)
+    probability: float | None = None
+    calibration: dict[str, Any] | None = None
+
+    def calibrate(self, calibrator: AnswerCalibrator, *, model: str | None,
+                  prompt_style: str | None, num_fewshot: int | None = None) -> None:
+        """Set :attr:`probability` and :attr:`calibration` from ``calibrator``."""
+        name = calibrator.scorer
+        self.probability, self.calibration = calibrator.calibrate(
+            self.confidences.get(name, float("nan")), model=model, prompt_style=prompt_style,
+            num_fewshot=num_fewshot,
+            reason=self.reasons.get(name) or (None if name in self.confidences
+                                              else f"scorer {name} was not run"))
 
 
 class ScoredAnswers(list[ScoredAnswer]):
@@ -67,13 +110,20 @@ class ScoredAnswers(list[ScoredAnswer]):
     def to_pandas(self) -> Any:
         """One row per answer: ``question``, ``answer``, one column per scorer (its
         confidence, NaN where it has none), ``reason.<scorer>`` (why it is NaN) and
-        ``grade.<grader>``. Needs pandas."""
+        ``grade.<grader>``, ``readable.<scorer>`` (the [0, 1] form), and with a calibrator
+        ``probability``, ``calibration.scorer`` and ``calibration.warnings`` (joined by
+        ``; ``). Needs pandas."""
         rows = []
         for a in self:
             row: dict[str, Any] = {"question": a.question, "answer": a.answer,
                                    **a.confidences}
             row.update({f"reason.{k}": v for k, v in a.reasons.items()})
             row.update({f"grade.{k}": v for k, v in a.grades.items()})
+            row.update({f"readable.{k}": v for k, v in a.readable.items()})
+            if a.calibration is not None:
+                row["probability"] = a.probability
+                row["calibration.scorer"] = a.calibration.get("scorer")
+                row["calibration.warnings"] = "; ".join(a.calibration.get("warnings", []))
             rows.append(row)
         return data_frame(rows)
 
@@ -112,7 +162,37 @@ def _answer(record: Record, reasons: dict[str, str], skipped: dict[str, str],
             summary: UncertaintySummary | None = None) -> ScoredAnswer:
     confidences = {**record.scores, **{name: float("nan") for name in skipped}}
     return ScoredAnswer(record.item.question, record.greedy.text, confidences,
-                        {**reasons, **skipped}, record, summary, dict(record.grades))
+                        {**reasons, **skipped}, record, summary, dict(record.grades),
+                        _readable(confidences))
+
+
+def _readable(confidences: Mapping[str, float]) -> dict[str, float]:
+    out = {}
+    for name, value in confidences.items():
+        spec = SCORERS[name] if name in SCORERS else None
+        if spec is not None and spec.readable is not None and spec.readable.exists:
+            out[name] = spec.readable(value)
+    return out
+
+
+def backend_model(model: Backend) -> str | None:
+    """The model's name as a run stores it (``config()["model"]``: ``smollm2`` for the
+    bundled one), else the backend's ``name``; None when neither is known."""
+    config = getattr(model, "config", None)
+    try:
+        name = config().get("model") if callable(config) else None
+    except Exception:  # a backend's config is informational: never fail scoring on it
+        name = None
+    return str(name) if name else getattr(model, "name", None)
+
+
+def _with_scorer(scorers: str | Sequence[str], calibrator: AnswerCalibrator | None
+                 ) -> str | Sequence[str]:
+    # the calibrator reads its own scorer: run it too, where the caller did not name it
+    if calibrator is None or scorers in ("all", "free"):
+        return scorers
+    names = scorer_names(scorers)
+    return names if calibrator.scorer in names else (*names, calibrator.scorer)
 
 
 def _grader(items: Sequence[Item], grader: str | None) -> str | None:
@@ -124,10 +204,13 @@ def _grader(items: Sequence[Item], grader: str | None) -> str | None:
 
 def answer_questions(model: Backend, items: list[Item], *, scorers: str | Sequence[str],
                      max_new_tokens: int, stop: tuple[str, ...], seed: int, n_samples: int,
-                     judge: str, claims: ClaimConfig | bool, grader: str | None
-                     ) -> ScoredAnswers:
+                     judge: str, claims: ClaimConfig | bool, grader: str | None,
+                     calibrator: AnswerCalibrator | None = None) -> ScoredAnswers:
     """Answer each item greedily with ``model``; score, and grade those with references
-    (``grader``, default ``contains``). What :func:`confide.score` does."""
+    (``grader``, default ``contains``); with ``calibrator``, give each answer its
+    probability, checked against ``model`` and the prompt the answer was given. What
+    :func:`confide.score` does."""
+    scorers = _with_scorer(scorers, calibrator)
     claim_config = (ClaimConfig(grader=None) if claims is True
                     else claims if isinstance(claims, ClaimConfig) else None)
     plan = question_plan(items, scorers=scorers, max_new_tokens=max_new_tokens, stop=stop,
@@ -145,7 +228,15 @@ def answer_questions(model: Backend, items: list[Item], *, scorers: str | Sequen
             claim_record(record, claim_config, backend=model, seed=seed)
         samples = [g.text for g in record.samples]
         summary = summarize(samples, pipe.judge, item=item) if len(samples) >= 2 else None
-        answers.append(_answer(record, record.score_errors, pipe.skipped, summary))
+        answer = _answer(record, record.score_errors, pipe.skipped, summary)
+        if calibrator is not None:
+            prompt = plan.task.render(item, chat=model.has_chat_template)
+            chat = not isinstance(prompt, str)
+            shots = (plan.task.chat_fewshot if isinstance(item.prompt, str) else 0) \
+                if chat else plan.task.num_fewshot
+            answer.calibrate(calibrator, model=backend_model(model),
+                             prompt_style="chat" if chat else "k-shot", num_fewshot=shots)
+        answers.append(answer)
     return answers
 
 
@@ -203,7 +294,9 @@ def score_answers(questions: Question | Sequence[Question], answers: str | Seque
                   logprobs: Sequence[Any] | None = None,
                   sample_logprobs: Sequence[Sequence[Any] | None] | None = None,
                   scorers: str | Sequence[str] = "all", judge: str | None = None,
-                  grader: str | None = None) -> ScoredAnswer | ScoredAnswers:
+                  grader: str | None = None, calibrator: AnswerCalibrator | None = None,
+                  model: str | None = None, prompt_style: str | None = None
+                  ) -> ScoredAnswer | ScoredAnswers:
     """Score answers made elsewhere, through the engine of ``confide score``.
 
     Parameters
@@ -221,6 +314,13 @@ def score_answers(questions: Question | Sequence[Question], answers: str | Seque
         feed (no log-probabilities, no samples) gives NaN with the reason.
     judge : equivalence judge of the sampling scorers (default: the grader's).
     grader : grades answers whose question has references (default ``contains``).
+    calibrator : gives each answer a ``probability`` and its ``calibration`` (a
+        :class:`~confide.decisions.calibration.Calibrator`; :func:`confide.score_answers`
+        also takes the path of its JSON file). Its scorer is run if not named.
+    model, prompt_style : the model that wrote the answers and how it was prompted
+        (``"chat"`` or ``"k-shot"``; default ``"chat"`` for questions given as chat
+        messages), checked against what the calibrator was fitted on: a difference, or
+        a side that does not say, is listed in ``calibration["warnings"]``.
 
     Returns
     -------
@@ -239,6 +339,10 @@ def score_answers(questions: Question | Sequence[Question], answers: str | Seque
     if len(texts) != len(items):
         raise InvalidInputError(f"{len(items)} questions, {len(texts)} answers",
                                 field="answers")
+    if prompt_style is not None and prompt_style not in _PROMPT_STYLES:
+        raise InvalidInputError(f"must be one of {', '.join(_PROMPT_STYLES)}, got "
+                                f"{prompt_style!r}", field="prompt_style")
+    scorers = _with_scorer(scorers, calibrator)
     n = len(items)
     if single:  # the per-answer arguments of one question, wrapped as lists of one
         samples = None if samples is None else [samples]  # type: ignore[list-item]
@@ -264,7 +368,11 @@ def score_answers(questions: Question | Sequence[Question], answers: str | Seque
         imported = parse_value(response, i + 1, source, "openai")
         imported.item = item  # the caller's item as given (its id, metadata)
         record, _caps = scored(imported, plan, judge_obj, grade_with)
-        out.append(_answer(record, record.score_errors, static))
+        answer = _answer(record, record.score_errors, static)
+        if calibrator is not None:
+            style = prompt_style or (None if isinstance(item.prompt, str) else "chat")
+            answer.calibrate(calibrator, model=model, prompt_style=style)
+        out.append(answer)
     return out[0] if single else out
 
 

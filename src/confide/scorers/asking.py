@@ -20,7 +20,7 @@ from confide.backends.base import Backend, GenerationSpec, Prompt, item_seed
 from confide.backends.binary import two_way_probability
 from confide.core.errors import CannotScore
 from confide.core.records import Item, Record
-from confide.scorers.base import Cost, Need, ScoringContext, scorer
+from confide.scorers.base import Cost, Need, ScoringContext, as_is, scorer
 from confide.scorers.features import affinity, require_samples
 from confide.scorers.reflexive import (
     P_TRUE_VARIANTS,
@@ -113,7 +113,8 @@ def _judge_reply(backend: Backend, record: Record, ctx: ScoringContext, template
     return parse_confidence(reply)
 
 
-@scorer("llm_judge", needs={Need.EXTRA_PROMPT}, cost=Cost.MODEL_CALLS)
+@scorer("llm_judge", needs={Need.EXTRA_PROMPT}, cost=Cost.MODEL_CALLS,
+        readable=as_is("the judge's verdict coded 0, 1/2 or 1"))
 def llm_judge(record: Record, ctx: ScoringContext) -> float:
     r"""Categorical LLM-as-a-judge: is the answer Correct (1), Incorrect (0) or uncertain (0.5)?
 
@@ -153,7 +154,8 @@ def llm_judge_continuous(record: Record, ctx: ScoringContext) -> float:
     return _judge_reply(_backends(ctx)[0], record, ctx, "continuous")
 
 
-@scorer("judge_panel", needs={Need.EXTRA_PROMPT}, cost=Cost.MODEL_CALLS)
+@scorer("judge_panel", needs={Need.EXTRA_PROMPT}, cost=Cost.MODEL_CALLS,
+        readable=as_is("the panel's mean verdict"))
 def judge_panel(record: Record, ctx: ScoringContext) -> float:
     r"""Mean of a panel of judges: every judge backend, each with both templates.
 
@@ -271,7 +273,8 @@ def p_true_empirical(record: Record, ctx: ScoringContext) -> float:
 
 
 @scorer("bsdetector", needs={Need.SAMPLES, Need.EXTRA_PROMPT}, cost=Cost.MODEL_CALLS,
-        n_samples=5)
+        n_samples=5,
+        readable=as_is("the weighted sum of affinity, match rate and self-reflection"))
 def bsdetector(record: Record, ctx: ScoringContext) -> float:
     r"""BSDetector: observed consistency with the samples combined with self-reflection.
 

@@ -31,6 +31,18 @@ rules for every scorer, registered now or later:
   never seeing it;
 * a value that is not a finite number (NaN, :math:`\pm\infty`) is stored as
   NaN with a reason.
+
+Readable form
+-------------
+A raw confidence is on its scorer's own scale (a log-likelihood, a negated entropy,
+a count). Each answer-level scorer declares, as a :class:`Readable` in its
+decorator, the natural [0, 1] form of its value where one exists: a monotone
+non-decreasing map that keeps the confidence order and NaN (:math:`e^{c}` of a mean
+log-probability is the geometric-mean token probability, :math:`e^{c}` of a negated
+entropy the inverse of the effective number of choices, a share is itself), or says
+why none exists (``length``: a count of tokens). A readable value is not a
+calibrated probability of being right: that needs a calibrator fitted on graded
+answers of the same model (:mod:`confide.decisions.calibration`).
 """
 
 from __future__ import annotations
@@ -41,7 +53,9 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Literal, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
+
+import numpy as np
 
 from confide.core.errors import CannotScore, UnknownNameError
 from confide.core.needs import TOKEN_STATISTICS, Need
@@ -50,7 +64,8 @@ from confide.core.registry import Registry
 from confide.scorers.context import ScoringContext
 
 __all__ = ["EMPTY_ANSWER", "EMPTY_CLAIM", "LEVELS", "SCORERS", "Cost", "Level", "Need",
-           "ScorerSpec", "ScoringContext", "run_scorer", "scorer", "scorer_at", "scorers_at"]
+           "Readable", "ScorerSpec", "ScoringContext", "as_is", "exp_of", "inverse_count",
+           "no_readable", "one_plus", "run_scorer", "scorer", "scorer_at", "scorers_at"]
 
 
 class Cost(str, Enum):
@@ -68,6 +83,75 @@ LEVELS: tuple[Level, ...] = ("answer", "claim")
 _WHERE = {"answer": "the run's scorers (confide run --scorers, RunConfig.scorers, the "
                     "server's scorers)",
           "claim": "the claim stage's scorers (ClaimConfig.scorers; confide run --long-form)"}
+
+
+@dataclass(frozen=True)
+class Readable:
+    """The natural [0, 1] form of a scorer's value, or why it has none.
+
+    ``transform`` maps raw values (a float or an array) into [0, 1], monotone
+    non-decreasing (the confidence order is kept) and NaN to NaN; None where the value
+    has no natural [0, 1] form. ``formula``: one line, the transform and what its value
+    means, or why there is none. Built by :func:`as_is`, :func:`exp_of`,
+    :func:`one_plus`, :func:`inverse_count` and :func:`no_readable`.
+    """
+
+    transform: Callable[[Any], Any] | None
+    formula: str
+
+    @property
+    def exists(self) -> bool:
+        """Whether the scorer's value has a [0, 1] form."""
+        return self.transform is not None
+
+    def __call__(self, value: float) -> float:
+        """The [0, 1] form of one raw value (NaN stays NaN; NaN where none exists)."""
+        if self.transform is None or math.isnan(value):
+            return math.nan
+        return float(self.transform(np.float64(value)))
+
+
+def _unit(x: Any) -> Any:
+    return np.clip(x, 0.0, 1.0)  # rounding can step past the ends; NaN stays NaN
+
+
+def _exp(x: Any) -> Any:
+    return np.clip(np.exp(np.minimum(x, 0.0)), 0.0, 1.0)
+
+
+def _one_plus(x: Any) -> Any:
+    return np.clip(1.0 + np.asarray(x, dtype=np.float64), 0.0, 1.0)
+
+
+def _inverse_count(x: Any) -> Any:
+    # c = -m with m >= 1 (a number of clusters); 1/m, and 1 for a count under one
+    return 1.0 / np.maximum(-np.asarray(x, dtype=np.float64), 1.0)
+
+
+def as_is(what: str) -> Readable:
+    """The value is already in [0, 1] (clipped at the ends against rounding): ``what`` it is."""
+    return Readable(_unit, f"c (already in [0, 1]): {what}")
+
+
+def exp_of(what: str) -> Readable:
+    """:math:`e^{c}` of a value that is at most 0 (a log-probability or a negated
+    entropy, clipped at 0 against rounding): ``what`` it is."""
+    return Readable(_exp, f"exp(c): {what}")
+
+
+def one_plus(what: str) -> Readable:
+    """:math:`1 + c` of a value in [-1, 0]: ``what`` it is."""
+    return Readable(_one_plus, f"1 + c: {what}")
+
+
+def inverse_count(what: str) -> Readable:
+    """:math:`1 / \\max(-c, 1)` of a negated count :math:`c = -m`: ``what`` it is."""
+    return Readable(_inverse_count, f"1 / max(-c, 1): {what}")
+
+
+def no_readable(why: str) -> Readable:
+    """The value has no natural [0, 1] form, and ``why``."""
+    return Readable(None, f"none: {why}")
 
 
 @dataclass(frozen=True)
@@ -91,6 +175,9 @@ class ScorerSpec:
     every token statistic it needs, for a scorer that needs samples, and none otherwise
     (:attr:`sample_statistics`); the scorer plan checks these on every sample and the
     others on the greedy answer (:class:`~confide.pipeline.scorer_plan.ScorerPlan`).
+    ``readable``: the natural [0, 1] form of its values, or why none exists
+    (:class:`Readable`); None: not declared (a plugin that does not say). A scorer with
+    ``probability`` is its own readable form unless it declares another.
     """
 
     name: str
@@ -103,6 +190,7 @@ class ScorerSpec:
     level: Level = "answer"
     probability: bool = False
     sample_needs: frozenset[Need] | None = None
+    readable: Readable | None = None
 
     @property
     def sample_statistics(self) -> frozenset[Need]:
@@ -128,19 +216,27 @@ F = TypeVar("F", bound=Callable[..., object])  # a decorated scorer keeps its ty
 
 def scorer(name: str, *, level: Level = "answer", needs: Iterable[Need] = (),
            cost: Cost = Cost.FREE, n_samples: int = 0, probability: bool = False,
-           sample_needs: Iterable[Need] | None = None) -> Callable[[F], F]:
+           sample_needs: Iterable[Need] | None = None, readable: Readable | None = None
+           ) -> Callable[[F], F]:
     """Register ``fn`` as scorer ``name`` of ``level``.
 
     An answer-level ``fn`` is ``fn(record)`` or ``fn(record, ctx)``; a
     claim-level one is ``fn(record, claims, ctx)``. ``sample_needs``: the token
     statistics among ``needs`` it reads from the samples (default: all of them, when it
-    needs samples; see :class:`ScorerSpec`). A duplicate name raises ``ValueError``, as
-    does an unknown level, a claim scorer of another shape or a ``sample_needs`` that is
-    not token statistics the scorer needs.
+    needs samples; see :class:`ScorerSpec`). ``readable``: the natural [0, 1] form of
+    its values or why none exists (:func:`exp_of`, :func:`as_is`, :func:`no_readable`,
+    ...; a ``probability`` scorer defaults to :func:`as_is`). A duplicate name raises
+    ``ValueError``, as does an unknown level, a claim scorer of another shape or a
+    ``sample_needs`` that is not token statistics the scorer needs.
     """
     if level not in LEVELS:
         raise ValueError(f"scorer {name!r}: level must be one of {LEVELS}, not {level!r}")
     needs = frozenset(needs)
+    if readable is not None and not isinstance(readable, Readable):
+        raise ValueError(f"scorer {name!r}: readable must be a Readable (as_is, exp_of, "
+                         f"one_plus, inverse_count, no_readable), not {readable!r}")
+    if readable is None and probability:
+        readable = as_is("a probability of being correct")
     from_samples = None if sample_needs is None else frozenset(sample_needs)
     if from_samples is not None and not from_samples <= needs & set(TOKEN_STATISTICS):
         raise ValueError(f"scorer {name!r}: sample_needs must be token statistics among its "
@@ -155,7 +251,7 @@ def scorer(name: str, *, level: Level = "answer", needs: Iterable[Need] = (),
                                      n_samples=n_samples, takes_context=n_params >= 2,
                                      summary=doc.splitlines()[0] if doc else "",
                                      level=level, probability=probability,
-                                     sample_needs=from_samples))
+                                     sample_needs=from_samples, readable=readable))
         return fn
 
     return decorate

@@ -18,7 +18,7 @@ import numpy as np
 from confide.core.errors import CannotScore
 from confide.core.options import DEFAULT_SAMPLES
 from confide.core.records import Generation, Record
-from confide.scorers.base import Cost, Need, ScoringContext, scorer
+from confide.scorers.base import Cost, Need, ScoringContext, as_is, exp_of, no_readable, scorer
 from confide.scorers.features import (
     affinity,
     agreement_logprobs,
@@ -84,7 +84,9 @@ _TEXT_ONLY: frozenset[Need] = frozenset()
 
 
 @scorer("cocoa", needs=_COCOA_NEEDS, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES,
-        sample_needs=_TEXT_ONLY)
+        sample_needs=_TEXT_ONLY,
+        readable=exp_of("P(y | x) ** inconsistency (the sequence probability raised to the mean 1 "
+                        "- affinity to the samples)"))
 def cocoa(record: Record, ctx: ScoringContext) -> float:
     r"""Negated CoCoA-MSP: the greedy answer's uncertainty times its inconsistency.
 
@@ -105,7 +107,8 @@ def cocoa(record: Record, ctx: ScoringContext) -> float:
 
 
 @scorer("cocoa_ppl", needs=_COCOA_NEEDS, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES,
-        sample_needs=_TEXT_ONLY)
+        sample_needs=_TEXT_ONLY,
+        readable=exp_of("(geometric-mean token probability) ** inconsistency"))
 def cocoa_ppl(record: Record, ctx: ScoringContext) -> float:
     r"""Negated CoCoA-PPL: log-perplexity of the greedy answer times its inconsistency.
 
@@ -125,7 +128,8 @@ def cocoa_ppl(record: Record, ctx: ScoringContext) -> float:
 
 
 @scorer("cocoa_mte", needs={Need.SAMPLES, Need.TOKEN_ENTROPIES}, cost=Cost.SAMPLES,
-        n_samples=DEFAULT_SAMPLES, sample_needs=_TEXT_ONLY)
+        n_samples=DEFAULT_SAMPLES, sample_needs=_TEXT_ONLY,
+        readable=exp_of("exp(-mean H) ** inconsistency"))
 def cocoa_mte(record: Record, ctx: ScoringContext) -> float:
     r"""Negated CoCoA-MTE: mean token entropy of the greedy answer times its inconsistency.
 
@@ -145,7 +149,8 @@ def cocoa_mte(record: Record, ctx: ScoringContext) -> float:
 
 
 @scorer("semantic_density", needs=_COCOA_NEEDS, cost=Cost.SAMPLES,
-        n_samples=DEFAULT_SAMPLES)
+        n_samples=DEFAULT_SAMPLES,
+        readable=as_is("the likelihood-weighted affinity of the answer to the samples"))
 def semantic_density(record: Record, ctx: ScoringContext) -> float:
     r"""Semantic density of the greedy answer: likelihood-weighted kernel similarity to the samples.
 
@@ -192,7 +197,9 @@ def semantic_density(record: Record, ctx: ScoringContext) -> float:
 # sentence-level SAR
 
 
-@scorer("sentence_sar", needs=_COCOA_NEEDS, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES)
+@scorer("sentence_sar", needs=_COCOA_NEEDS, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES,
+        readable=no_readable("a log of a likelihood plus 1/t = 1000 times similar samples' "
+                             "likelihoods: it rises above 0 and has no fixed upper bound"))
 def sentence_sar(record: Record, ctx: ScoringContext) -> float:
     r"""Negated SentenceSAR: sample likelihoods shifted by the likelihood of similar samples.
 
@@ -245,7 +252,8 @@ def sentence_sar(record: Record, ctx: ScoringContext) -> float:
 
 
 @scorer("cosine_consistency", needs={Need.SAMPLES}, cost=Cost.SAMPLES,
-        n_samples=DEFAULT_SAMPLES)
+        n_samples=DEFAULT_SAMPLES,
+        readable=as_is("the mean rescaled cosine similarity to the samples"))
 def cosine_consistency(record: Record, ctx: ScoringContext) -> float:
     r"""Mean rescaled cosine similarity between the greedy answer and each sample.
 
@@ -293,7 +301,9 @@ def bertscore_f1(candidate: np.ndarray, reference: np.ndarray) -> float:
 
 
 @scorer("bertscore_consistency", needs={Need.SAMPLES}, cost=Cost.SAMPLES,
-        n_samples=DEFAULT_SAMPLES)
+        n_samples=DEFAULT_SAMPLES,
+        readable=as_is("the mean BERTScore F1 with the samples (below 0 only for token "
+                       "embeddings pointing apart, clipped)"))
 def bertscore_consistency(record: Record, ctx: ScoringContext) -> float:
     r"""Mean BERTScore F1 between the greedy answer and each sample, on MiniLM token embeddings.
 
@@ -325,7 +335,8 @@ def bertscore_consistency(record: Record, ctx: ScoringContext) -> float:
 
 
 @scorer("consistency_confidence", needs={Need.SAMPLES, Need.TOKEN_LOGPROBS},
-        cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES, sample_needs=_TEXT_ONLY)
+        cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES, sample_needs=_TEXT_ONLY,
+        readable=as_is("cosine consistency times the geometric-mean token probability"))
 def consistency_confidence(record: Record, ctx: ScoringContext) -> float:
     r"""Cosine consistency with the samples times the greedy answer's length-normalised probability.
 
@@ -344,7 +355,8 @@ def consistency_confidence(record: Record, ctx: ScoringContext) -> float:
     return cosine_consistency(record, ctx) * math.exp(float(np.mean(lp)))
 
 
-@scorer("label_prob", needs={Need.SAMPLES}, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES)
+@scorer("label_prob", needs={Need.SAMPLES}, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES,
+        readable=as_is("the share of samples in the largest semantic cluster"))
 def label_prob(record: Record, ctx: ScoringContext) -> float:
     r"""Frequency of the largest semantic cluster among the samples.
 
@@ -404,7 +416,9 @@ def eigenscore_key(samples: list[Generation], wanted: str | None = None) -> str:
 
 
 @scorer("eigenscore", needs={Need.SAMPLES, Need.HIDDEN_STATES}, cost=Cost.SAMPLES,
-        n_samples=DEFAULT_SAMPLES)
+        n_samples=DEFAULT_SAMPLES,
+        readable=no_readable("a mean log-eigenvalue of a hidden-state covariance, on the hidden "
+                             "states' own unbounded scale"))
 def eigenscore(record: Record, ctx: ScoringContext) -> float:
     r"""Negated EigenScore: mean log-eigenvalue of the samples' hidden-state covariance.
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from confide.core.errors import CannotScore
 from confide.core.records import Record
-from confide.scorers.base import Need, scorer
+from confide.scorers.base import Need, no_readable, one_plus, scorer
 from confide.scorers.context import Fitted, FittedModel, ScoringContext
 
 __all__ = ["Fitted", "FittedModel", "fitted_context"]
@@ -98,7 +98,8 @@ def combiner(record: Record, ctx: ScoringContext) -> float:
     return _apply("combiner", record, ctx)
 
 
-@scorer("mahalanobis", needs=_HIDDEN)
+@scorer("mahalanobis", needs=_HIDDEN,
+        readable=no_readable("a distance in hidden-state space, unbounded"))
 def mahalanobis(record: Record, ctx: ScoringContext) -> float:
     r"""Negated Mahalanobis distance of the answer's hidden state to the training answers'.
 
@@ -112,7 +113,8 @@ def mahalanobis(record: Record, ctx: ScoringContext) -> float:
     return _apply("mahalanobis", record, ctx)
 
 
-@scorer("relative_mahalanobis", needs=_HIDDEN)
+@scorer("relative_mahalanobis", needs=_HIDDEN,
+        readable=no_readable("a difference of two distances, unbounded in both directions"))
 def relative_mahalanobis(record: Record, ctx: ScoringContext) -> float:
     r"""Negated relative Mahalanobis distance: to the training answers' minus a background's.
 
@@ -126,7 +128,8 @@ def relative_mahalanobis(record: Record, ctx: ScoringContext) -> float:
     return _apply("relative_mahalanobis", record, ctx)
 
 
-@scorer("huq", needs=_HIDDEN | {Need.TOKEN_LOGPROBS})
+@scorer("huq", needs=_HIDDEN | {Need.TOKEN_LOGPROBS},
+        readable=one_plus("one minus the mean of the perplexity and Mahalanobis rank shares"))
 def huq(record: Record, ctx: ScoringContext) -> float:
     r"""Negated HUQ: mean of the answer's perplexity and Mahalanobis ranks among training answers.
 

@@ -34,7 +34,7 @@ import numpy as np
 from confide.backends.base import HasAttentions, HasChatTemplate, Prompt, ScoresUnconditioned
 from confide.core.errors import CannotScore
 from confide.core.records import Record
-from confide.scorers.base import Cost, Need, ScoringContext, scorer
+from confide.scorers.base import Cost, Need, ScoringContext, exp_of, no_readable, scorer
 from confide.scorers.whitebox import token_statistic
 
 __all__ = ["ATTENTION_EPSILON", "CPMI_LAMBDA", "CPMI_TAU", "RAUQ_ALPHA_BASE", "RAUQ_ALPHA_CHAT",
@@ -118,7 +118,8 @@ def cpmi_value(logprobs: np.ndarray, unconditioned: np.ndarray, entropies: np.nd
 _PMI_NEEDS = {Need.TOKEN_LOGPROBS, Need.UNCONDITIONED_LOGPROBS}
 
 
-@scorer("pmi", needs=_PMI_NEEDS, cost=Cost.MODEL_CALLS)
+@scorer("pmi", needs=_PMI_NEEDS, cost=Cost.MODEL_CALLS,
+        readable=no_readable("a log ratio of two probabilities, unbounded in both directions"))
 def pmi(record: Record, ctx: ScoringContext) -> float:
     r"""Mean pointwise mutual information of the greedy answer's tokens with the question.
 
@@ -156,7 +157,8 @@ def pmi(record: Record, ctx: ScoringContext) -> float:
     return pmi_value(token_statistic(record.greedy, "token_logprobs"), _unconditioned(record, ctx))
 
 
-@scorer("cpmi", needs=_PMI_NEEDS | {Need.TOKEN_ENTROPIES}, cost=Cost.MODEL_CALLS)
+@scorer("cpmi", needs=_PMI_NEEDS | {Need.TOKEN_ENTROPIES}, cost=Cost.MODEL_CALLS,
+        readable=no_readable("a log ratio of two probabilities, unbounded in both directions"))
 def cpmi(record: Record, ctx: ScoringContext) -> float:
     r"""Mean conditional PMI: the unconditioned term subtracted only at uncertain steps.
 
@@ -259,7 +261,9 @@ def rauq_value(logprobs: np.ndarray, previous_attention: np.ndarray, alpha: floa
     return min(scores)
 
 
-@scorer("rauq", needs={Need.TOKEN_LOGPROBS, Need.ATTENTIONS}, cost=Cost.MODEL_CALLS)
+@scorer("rauq", needs={Need.TOKEN_LOGPROBS, Need.ATTENTIONS}, cost=Cost.MODEL_CALLS,
+        readable=exp_of("the geometric mean of the attention-carried token confidences of the "
+                        "least confident middle layer"))
 def rauq(record: Record, ctx: ScoringContext) -> float:
     r"""RAUQ: token probabilities carried along by the most previous-token-attentive head.
 
@@ -317,7 +321,9 @@ def attention_score_value(self_attention: np.ndarray, *, start: int = 0,
     return float(np.mean(a.mean(-1) if mean else a.sum(-1)))
 
 
-@scorer("attention_score", needs={Need.ATTENTIONS}, cost=Cost.MODEL_CALLS)
+@scorer("attention_score", needs={Need.ATTENTIONS}, cost=Cost.MODEL_CALLS,
+        readable=exp_of("the geometric mean over heads of det A (the product of the "
+                        "self-attention weights over prompt and answer; near 0 for long prompts)"))
 def attention_score(record: Record, ctx: ScoringContext) -> float:
     r"""LLM-Check's attention score: log-determinant of a middle layer's attention maps.
 
@@ -349,7 +355,8 @@ def attention_score(record: Record, ctx: ScoringContext) -> float:
     return _finite_attention(attention_score_value(_attention_layer(diagonal, ctx)))
 
 
-@scorer("attention_score_response", needs={Need.ATTENTIONS}, cost=Cost.MODEL_CALLS)
+@scorer("attention_score_response", needs={Need.ATTENTIONS}, cost=Cost.MODEL_CALLS,
+        readable=exp_of("the geometric-mean self-attention weight of the answer's positions"))
 def attention_score_response(record: Record, ctx: ScoringContext) -> float:
     r"""LLM-Check's attention score as the authors' code computes it: the response's mean.
 

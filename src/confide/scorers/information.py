@@ -25,7 +25,7 @@ import numpy as np
 
 from confide.core.errors import CannotScore
 from confide.core.records import BOOSTEDPROB_EPSILON, BOOSTEDPROB_JUMP, Generation, Record
-from confide.scorers.base import Cost, Need, ScoringContext, scorer
+from confide.scorers.base import Cost, Need, ScoringContext, as_is, scorer
 from confide.scorers.features import judge_of
 
 __all__ = ["BOOSTEDPROB_EPSILON", "BOOSTEDPROB_JUMP", "boosted_token_probability",
@@ -49,7 +49,8 @@ def _top(gen: Generation, minimum: int = 1) -> np.ndarray:
     return -np.sort(-top, axis=1)
 
 
-@scorer("probability_margin", needs=_NEEDS_TOP)
+@scorer("probability_margin", needs=_NEEDS_TOP,
+        readable=as_is("the mean gap between the two most likely next tokens' probabilities"))
 def probability_margin(record: Record) -> float:
     r"""Mean gap between the two most likely next tokens along the answer.
 
@@ -76,7 +77,9 @@ def _topk_negentropy(gen: Generation) -> np.ndarray:
     return 1.0 + plogp.sum(axis=1) / math.log(top.shape[1])
 
 
-@scorer("mean_topk_negentropy", needs=_NEEDS_TOP)
+@scorer("mean_topk_negentropy", needs=_NEEDS_TOP,
+        readable=as_is("normalised negentropy 1 - H / log k of the renormalised top-k "
+                       "distribution (bound log k), averaged over steps"))
 def mean_topk_negentropy(record: Record) -> float:
     r"""Mean normalised negentropy of the renormalised top-k distribution of each step.
 
@@ -96,7 +99,9 @@ def mean_topk_negentropy(record: Record) -> float:
     return float(np.mean(_topk_negentropy(record.greedy)))
 
 
-@scorer("min_topk_negentropy", needs=_NEEDS_TOP)
+@scorer("min_topk_negentropy", needs=_NEEDS_TOP,
+        readable=as_is("normalised top-k negentropy 1 - H / log k (bound log k) of the most "
+                       "uncertain step"))
 def min_topk_negentropy(record: Record) -> float:
     r"""Normalised top-k negentropy of the answer's most uncertain step.
 
@@ -168,7 +173,8 @@ def boosted_token_probability(token_logprob: float, top_logprobs: np.ndarray) ->
     return math.exp(chosen) if chosen > -math.inf else 0.0
 
 
-@scorer("boostedprob", needs={Need.TOKEN_LOGPROBS, Need.TOP_LOGPROBS})
+@scorer("boostedprob", needs={Need.TOKEN_LOGPROBS, Need.TOP_LOGPROBS},
+        readable=as_is("the mean boosted token probability"))
 def boostedprob(record: Record) -> float:
     r"""Mean BoostedProb of the answer tokens: probability boosted to its dominant cluster's mass.
 
@@ -249,7 +255,8 @@ def _word(piece: str) -> str:
 
 # The docstring's first line is the scorer's summary (`confide scorers`, the README), read
 # whole: it stays one line, hence the noqa at the docstring's end.
-@scorer("ccp", needs={Need.TOKEN_LOGPROBS, Need.TOP_LOGPROBS}, cost=Cost.FEATURES)
+@scorer("ccp", needs={Need.TOKEN_LOGPROBS, Need.TOP_LOGPROBS}, cost=Cost.FEATURES,
+        readable=as_is("the product of claim-conditioned token probabilities"))
 def ccp(record: Record, ctx: ScoringContext) -> float:
     r"""Claim-conditioned probability: each token's probability among alternatives that change the meaning.
 

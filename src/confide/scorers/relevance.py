@@ -17,7 +17,7 @@ import numpy as np
 from confide.core.errors import CannotScore
 from confide.core.options import DEFAULT_SAMPLES
 from confide.core.records import Generation, Record
-from confide.scorers.base import Cost, Need, ScoringContext, scorer
+from confide.scorers.base import Cost, Need, ScoringContext, exp_of, no_readable, scorer
 from confide.scorers.features import answers, embeddings, require_samples
 from confide.scorers.spans import meaningful_spans
 from confide.text import embed_texts
@@ -148,7 +148,8 @@ def _token_sar_values(record: Record, gens: Sequence[Generation]) -> list[float]
     return values
 
 
-@scorer("token_sar", needs={Need.TOKEN_LOGPROBS}, cost=Cost.FEATURES)
+@scorer("token_sar", needs={Need.TOKEN_LOGPROBS}, cost=Cost.FEATURES,
+        readable=exp_of("the relevance-weighted geometric-mean token probability"))
 def token_sar(record: Record, ctx: ScoringContext) -> float:
     r"""Negated TokenSAR: relevance-weighted negative log-likelihood of the greedy answer.
 
@@ -173,7 +174,9 @@ def token_sar(record: Record, ctx: ScoringContext) -> float:
 
 
 @scorer("sar", needs={Need.SAMPLES, Need.TOKEN_LOGPROBS}, cost=Cost.SAMPLES,
-        n_samples=DEFAULT_SAMPLES)
+        n_samples=DEFAULT_SAMPLES,
+        readable=no_readable("a log of a likelihood plus 1/t = 1000 times similar samples' "
+                             "likelihoods: it rises above 0 and has no fixed upper bound"))
 def sar(record: Record, ctx: ScoringContext) -> float:
     r"""Negated SAR: sentence- and token-relevance-shifted uncertainty over the samples.
 
@@ -280,7 +283,8 @@ def mars_value(logprobs: np.ndarray, units: list[list[int]], importance: np.ndar
     return 0.5 * float(w @ unit_lp) + 0.5 * float(ell.mean())
 
 
-@scorer("mars", needs={Need.TOKEN_LOGPROBS}, cost=Cost.FEATURES)
+@scorer("mars", needs={Need.TOKEN_LOGPROBS}, cost=Cost.FEATURES,
+        readable=exp_of("the meaning-aware weighted geometric-mean token probability"))
 def mars(record: Record, ctx: ScoringContext) -> float:
     r"""MARS: the greedy answer's likelihood with meaning-aware weights on its words.
 
@@ -326,7 +330,9 @@ def mars(record: Record, ctx: ScoringContext) -> float:
 # function calling
 
 
-@scorer("meaningful_logprob", needs={Need.TOKEN_LOGPROBS})
+@scorer("meaningful_logprob", needs={Need.TOKEN_LOGPROBS},
+        readable=exp_of("the geometric-mean probability of the tokens that carry "
+                        "the call's meaning"))
 def meaningful_logprob(record: Record) -> float:
     r"""Mean log-probability over the tokens that carry a function call's meaning.
 

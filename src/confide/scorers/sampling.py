@@ -20,13 +20,14 @@ import numpy as np
 from confide.core.errors import CannotScore
 from confide.core.options import DEFAULT_SAMPLES
 from confide.core.records import Record
-from confide.scorers.base import Cost, Need, scorer
+from confide.scorers.base import Cost, Need, as_is, exp_of, scorer
 from confide.scorers.features import require_samples, sample_logprobs
 from confide.text import rouge_l_f1, rouge_tokens
 
 
 @scorer("mc_entropy", needs={Need.SAMPLES, Need.TOKEN_LOGPROBS}, cost=Cost.SAMPLES,
-        n_samples=DEFAULT_SAMPLES)
+        n_samples=DEFAULT_SAMPLES,
+        readable=exp_of("the geometric mean of the samples' sequence probabilities"))
 def mc_entropy(record: Record) -> float:
     r"""Negative Monte-Carlo estimate of the predictive (sequence) entropy.
 
@@ -59,7 +60,8 @@ def _mean_loglik(record: Record, *, normalize: bool) -> float:
 
 
 @scorer("mc_entropy_normalized", needs={Need.SAMPLES, Need.TOKEN_LOGPROBS},
-        cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES)
+        cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES,
+        readable=exp_of("the geometric mean of the samples' geometric-mean token probabilities"))
 def mc_entropy_normalized(record: Record) -> float:
     r"""Negative length-normalised Monte-Carlo sequence entropy.
 
@@ -76,7 +78,8 @@ def mc_entropy_normalized(record: Record) -> float:
 
 
 @scorer("lexical_similarity", needs={Need.SAMPLES}, cost=Cost.SAMPLES,
-        n_samples=DEFAULT_SAMPLES)
+        n_samples=DEFAULT_SAMPLES,
+        readable=as_is("the mean pairwise ROUGE-L F-measure of the samples"))
 def lexical_similarity(record: Record) -> float:
     r"""Mean pairwise ROUGE-L F-measure between the sampled answers.
 

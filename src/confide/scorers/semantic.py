@@ -24,7 +24,17 @@ import numpy as np
 from confide.core.errors import CannotScore
 from confide.core.options import DEFAULT_SAMPLES
 from confide.core.records import Record
-from confide.scorers.base import Cost, Need, ScoringContext, scorer
+from confide.scorers.base import (
+    Cost,
+    Need,
+    ScoringContext,
+    as_is,
+    exp_of,
+    inverse_count,
+    no_readable,
+    one_plus,
+    scorer,
+)
 from confide.scorers.features import (
     affinity,
     agreement_logprobs,
@@ -52,7 +62,8 @@ def _entropy(p: np.ndarray) -> float:
 
 
 @scorer("agreement", needs=_SAMPLED, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES,
-        probability=True)
+        probability=True,
+        readable=as_is("the share of samples that agree with the answer"))
 def agreement(record: Record, ctx: ScoringContext) -> float:
     r"""Share of sampled answers equivalent to the greedy answer (its cluster frequency).
 
@@ -73,7 +84,8 @@ def agreement(record: Record, ctx: ScoringContext) -> float:
     return float(np.mean(labels[1:] == labels[0]))
 
 
-@scorer("num_sets", needs=_SAMPLED, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES)
+@scorer("num_sets", needs=_SAMPLED, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES,
+        readable=inverse_count("1 / (number of semantic clusters)"))
 def num_sets(record: Record, ctx: ScoringContext) -> float:
     r"""Negated number of semantic clusters among the sampled answers.
 
@@ -90,7 +102,9 @@ def num_sets(record: Record, ctx: ScoringContext) -> float:
     return -float(len(np.unique(_sample_labels(record, ctx))))
 
 
-@scorer("semantic_entropy", needs=_SAMPLED, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES)
+@scorer("semantic_entropy", needs=_SAMPLED, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES,
+        readable=exp_of("exp(-H) = 1 / (effective number of semantic clusters) (normalised "
+                        "negentropy 1 - H / log k would need the sample count k)"))
 def semantic_entropy(record: Record, ctx: ScoringContext) -> float:
     r"""Negated discrete semantic entropy, from cluster frequencies among the samples.
 
@@ -114,7 +128,9 @@ def semantic_entropy(record: Record, ctx: ScoringContext) -> float:
 
 
 @scorer("semantic_entropy_weighted", needs={Need.SAMPLES, Need.TOKEN_LOGPROBS},
-        cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES)
+        cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES,
+        readable=exp_of("exp(-H) = 1 / (effective number of semantic clusters, "
+                        "likelihood-weighted)"))
 def semantic_entropy_weighted(record: Record, ctx: ScoringContext) -> float:
     r"""Negated semantic entropy with cluster probabilities from sequence likelihoods.
 
@@ -174,7 +190,8 @@ def _normalized_laplacian(w: np.ndarray) -> np.ndarray:
     return np.eye(len(w)) - inv_sqrt[:, None] * w * inv_sqrt[None, :]
 
 
-@scorer("eigv", needs=_SAMPLED, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES)
+@scorer("eigv", needs=_SAMPLED, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES,
+        readable=inverse_count("1 / (soft number of semantic clusters)"))
 def eigv(record: Record, ctx: ScoringContext) -> float:
     r"""Negated sum of eigenvalues of the graph Laplacian (a soft number of clusters).
 
@@ -191,7 +208,8 @@ def eigv(record: Record, ctx: ScoringContext) -> float:
     return -float(np.clip(1.0 - lam, 0.0, None).sum())
 
 
-@scorer("degree", needs=_SAMPLED, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES)
+@scorer("degree", needs=_SAMPLED, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES,
+        readable=one_plus("the mean pairwise affinity of the samples"))
 def degree(record: Record, ctx: ScoringContext) -> float:
     r"""Negated degree-matrix uncertainty: one minus the mean normalised degree.
 
@@ -206,7 +224,9 @@ def degree(record: Record, ctx: ScoringContext) -> float:
     return -float((k * k - w.sum()) / (k * k))
 
 
-@scorer("eccentricity", needs=_SAMPLED, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES)
+@scorer("eccentricity", needs=_SAMPLED, cost=Cost.SAMPLES, n_samples=DEFAULT_SAMPLES,
+        readable=no_readable("a spread in the Laplacian's spectral embedding, whose "
+                             "scale grows with the number of samples and clusters"))
 def eccentricity(record: Record, ctx: ScoringContext) -> float:
     r"""Negated spread of the samples in the Laplacian's spectral embedding.
 
@@ -226,7 +246,9 @@ def eccentricity(record: Record, ctx: ScoringContext) -> float:
 
 
 @scorer("kernel_language_entropy", needs=_SAMPLED, cost=Cost.SAMPLES,
-        n_samples=DEFAULT_SAMPLES)
+        n_samples=DEFAULT_SAMPLES,
+        readable=exp_of("exp(-H_vN) = 1 / (effective number of distinct meanings in the samples' "
+                        "kernel)"))
 def kernel_language_entropy(record: Record, ctx: ScoringContext) -> float:
     r"""Negated von Neumann entropy of the normalised heat kernel of the samples' graph.
 

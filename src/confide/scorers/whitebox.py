@@ -18,7 +18,7 @@ import numpy as np
 
 from confide.core.errors import CannotScore
 from confide.core.records import Generation, Record
-from confide.scorers.base import Need, scorer
+from confide.scorers.base import Need, as_is, exp_of, no_readable, scorer
 
 __all__ = ["token_statistic"]
 
@@ -31,6 +31,8 @@ def token_statistic(gen: Generation, name: str) -> np.ndarray:
     if len(values) == 0:
         raise CannotScore("empty answer: no tokens to score")
     out = np.asarray(values, dtype=np.float64)
+    if np.isfinite(out).all():  # the common case, in one call
+        return out
     bad = np.flatnonzero(~np.isfinite(out))
     if bad.size:  # e.g. a -inf logit: KL(U || p) is infinite, 0 log 0 read as NaN
         raise CannotScore(f"{name.replace('_', ' ')} not finite at token {int(bad[0]) + 1} "
@@ -38,7 +40,8 @@ def token_statistic(gen: Generation, name: str) -> np.ndarray:
     return out
 
 
-@scorer("msp", needs={Need.TOKEN_LOGPROBS})
+@scorer("msp", needs={Need.TOKEN_LOGPROBS},
+        readable=exp_of("the greedy answer's sequence probability P(y | x)"))
 def msp(record: Record) -> float:
     r"""Maximum sequence probability, in log space: the greedy answer's log-likelihood.
 
@@ -54,7 +57,8 @@ def msp(record: Record) -> float:
     return float(np.sum(token_statistic(record.greedy, "token_logprobs")))
 
 
-@scorer("mean_logprob", needs={Need.TOKEN_LOGPROBS})
+@scorer("mean_logprob", needs={Need.TOKEN_LOGPROBS},
+        readable=exp_of("the geometric-mean token probability (1 / perplexity)"))
 def mean_logprob(record: Record) -> float:
     r"""Length-normalised log-likelihood, i.e. negative log-perplexity.
 
@@ -70,7 +74,8 @@ def mean_logprob(record: Record) -> float:
     return float(np.mean(token_statistic(record.greedy, "token_logprobs")))
 
 
-@scorer("min_logprob", needs={Need.TOKEN_LOGPROBS})
+@scorer("min_logprob", needs={Need.TOKEN_LOGPROBS},
+        readable=exp_of("the probability of the answer's least likely token"))
 def min_logprob(record: Record) -> float:
     r"""Log-probability of the least likely token of the answer.
 
@@ -82,7 +87,10 @@ def min_logprob(record: Record) -> float:
     return float(np.min(token_statistic(record.greedy, "token_logprobs")))
 
 
-@scorer("mean_entropy", needs={Need.TOKEN_ENTROPIES})
+@scorer("mean_entropy", needs={Need.TOKEN_ENTROPIES},
+        readable=exp_of("1 / exp(mean H): the inverse of the effective number of next-token "
+                        "choices (normalised negentropy 1 - H / log V would need the vocabulary "
+                        "size V, which the value does not carry)"))
 def mean_entropy(record: Record) -> float:
     r"""Negative mean entropy of the next-token distributions along the answer.
 
@@ -97,7 +105,10 @@ def mean_entropy(record: Record) -> float:
     return -float(np.mean(token_statistic(record.greedy, "token_entropies")))
 
 
-@scorer("max_entropy", needs={Need.TOKEN_ENTROPIES})
+@scorer("max_entropy", needs={Need.TOKEN_ENTROPIES},
+        readable=exp_of("1 / exp(max H): the inverse of the effective number of next-token "
+                        "choices at the most uncertain step (bound log V not carried by the "
+                        "value)"))
 def max_entropy(record: Record) -> float:
     r"""Negative entropy of the most uncertain step of the answer.
 
@@ -108,7 +119,10 @@ def max_entropy(record: Record) -> float:
     return -float(np.max(token_statistic(record.greedy, "token_entropies")))
 
 
-@scorer("self_certainty", needs={Need.TOKEN_KL_UNIFORM})
+@scorer("self_certainty", needs={Need.TOKEN_KL_UNIFORM},
+        readable=no_readable("KL(U || p_t) is unbounded above (it grows without limit as "
+                             "p_t leaves some token near 0) and its largest finite value depends "
+                             "on the vocabulary; no [0, 1] form without an arbitrary scale"))
 def self_certainty(record: Record) -> float:
     r"""Self-certainty: mean KL divergence from the uniform distribution to each p_t.
 
@@ -132,7 +146,9 @@ def self_certainty(record: Record) -> float:
     return float(np.mean(token_statistic(record.greedy, "token_kl_uniform")))
 
 
-@scorer("renyi_negentropy", needs={Need.TOKEN_RENYI_UNIFORM})
+@scorer("renyi_negentropy", needs={Need.TOKEN_RENYI_UNIFORM},
+        readable=no_readable("its bound log V (a certain step) depends on the model's "
+                             "vocabulary size V, which the value does not carry"))
 def renyi_negentropy(record: Record) -> float:
     r"""Mean Rényi divergence (order 1/2) of each tempered next-token distribution from uniform.
 
@@ -164,7 +180,9 @@ def renyi_negentropy(record: Record) -> float:
     return float(np.mean(token_statistic(record.greedy, "token_renyi_uniform")))
 
 
-@scorer("fisher_rao", needs={Need.TOKEN_FISHER_RAO_UNIFORM})
+@scorer("fisher_rao", needs={Need.TOKEN_FISHER_RAO_UNIFORM},
+        readable=as_is("Fisher-Rao distance from uniform over its maximum pi/2 (0 uniform, near "
+                       "1 certain)"))
 def fisher_rao(record: Record) -> float:
     r"""Mean Fisher–Rao distance of each tempered next-token distribution from uniform, over pi.
 
@@ -188,7 +206,8 @@ def fisher_rao(record: Record) -> float:
     return float(np.mean(token_statistic(record.greedy, "token_fisher_rao_uniform")))
 
 
-@scorer("length")
+@scorer("length",
+        readable=no_readable("a count of tokens, not a confidence (a diagnostic baseline)"))
 def length(record: Record) -> float:
     r"""Diagnostic baseline: the negated answer length in tokens.
 
