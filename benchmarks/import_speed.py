@@ -12,7 +12,10 @@ about 10 kB a record at 20 tokens and top-5), then, in one process:
    (``workers=1``) and once per ``--workers`` count (worker processes read, score and
    encode; this process stores);
 3. with ``--compare-batches``: the import of the first ``--compare-records``
-   records at one record per transaction and at ``--batch-size``.
+   records at one record per transaction and at ``--batch-size``;
+4. the first ``--api-records`` records through :func:`confide.score_answers` from Python
+   (question, answer, ``logprobs.content`` and references of each, ``--api-batch`` at a
+   call; the log's reading is not timed), the same scorers.
 
 Prints records/s of each, the import's share of time in reading, and the process's
 peak resident memory (``ru_maxrss``) and the load average (the machine is shared:
@@ -24,6 +27,7 @@ read the figures beside it).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -34,6 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import confide
 from confide.ingest import read_generations
 from confide.runs.importing import import_file
 from confide.scorers import Cost, scorers_at
@@ -57,7 +62,11 @@ def write_log(path: Path, n: int, *, tokens: int = 20, top: int = 5, seed: int =
             content = []
             for _ in range(tokens):
                 words = rng.sample(_WORDS, top)
-                lps = sorted((math.log(rng.uniform(1e-3, 0.5)) for _ in words), reverse=True)
+                # one token's distribution: the listed alternatives hold part of the mass
+                # (the import refuses a top-k summing above 1)
+                weights = [rng.uniform(1e-3, 1.0) for _ in words]
+                mass = rng.uniform(0.5, 0.99) / sum(weights)
+                lps = sorted((math.log(w * mass) for w in weights), reverse=True)
                 alts = [{"token": w, "logprob": v, "bytes": list(w.encode())}
                         for w, v in zip(words, lps, strict=True)]
                 content.append({**alts[0], "top_logprobs": alts})
@@ -79,6 +88,29 @@ def _head(path: Path, out: Path, n: int) -> Path:
     return out
 
 
+def score_answers_rate(log: Path, scorers: list[str], records: int, batch: int) -> float:
+    """Records/s of :func:`confide.score_answers` on the first ``records`` records of
+    ``log``, ``batch`` at a call (only the calls are timed)."""
+    done, seconds = 0, 0.0
+    with log.open("rb") as fh:
+        while done < records:
+            lines = list(itertools.islice(fh, min(batch, records - done)))
+            if not lines:
+                break
+            rows = [json.loads(line) for line in lines]
+            questions = [{"question": r["request"]["messages"][0]["content"],
+                          "references": r["references"]} for r in rows]
+            answers = [r["choices"][0]["message"]["content"] for r in rows]
+            logprobs = [r["choices"][0]["logprobs"] for r in rows]
+            began = time.perf_counter()
+            scored = confide.score_answers(questions, answers, logprobs=logprobs,
+                                           scorers=scorers)
+            seconds += time.perf_counter() - began
+            assert len(scored) == len(rows)
+            done += len(rows)
+    return done / seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=100_000)
@@ -91,6 +123,9 @@ def main() -> None:
                              "process; default 1 and one per CPU)")
     parser.add_argument("--compare-batches", action="store_true")
     parser.add_argument("--compare-records", type=int, default=5_000)
+    parser.add_argument("--api-records", type=int, default=20_000,
+                        help="records scored through confide.score_answers (0: none)")
+    parser.add_argument("--api-batch", type=int, default=1_000)
     parser.add_argument("--dir", type=Path, default=None, help="work folder (default: a temp)")
     args = parser.parse_args()
     work = Path(args.dir or tempfile.mkdtemp(prefix="import-speed-"))
@@ -134,6 +169,12 @@ def main() -> None:
             seconds = time.perf_counter() - began
             print(f"  {done.imported} records, {batch:>4} per transaction: "
                   f"{done.imported / seconds:.0f} records/s")
+
+    if args.api_records:
+        n_api = min(args.api_records, args.records)
+        rate = score_answers_rate(log, scorers, n_api, args.api_batch)
+        print(f"confide.score_answers: {n_api} records, {args.api_batch} a call: "
+              f"{rate:.0f} records/s")
 
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     child_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024

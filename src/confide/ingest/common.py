@@ -88,6 +88,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import msgspec
 import numpy as np
 
 from confide.backends.openai_logprobs import answer_length
@@ -565,13 +566,30 @@ def file_layout(path: Path, source: str) -> str:
 _BLANK = object()
 
 
+#: The fast reader of a line (``benchmarks/results/import_speed.md`` measures it against
+#: :func:`json.loads` and ``orjson``). What it refuses, Python's :mod:`json` reads after it.
+_FAST_DECODER = msgspec.json.Decoder()
+
+
 def decode_line(raw: bytes, n: int) -> Any:
     """The JSON value of line ``n`` of a JSON Lines file: the value, a :class:`BadField`
     (not UTF-8, not JSON, not Unicode), or :data:`_BLANK` for a blank line. One line is
     read alike wherever it is read (:func:`iter_json_records`, or a worker process of an
-    import)."""
+    import).
+
+    ``msgspec`` reads the line first: where it gives a value, :func:`json.loads` gives the
+    same one (the same ints of any size, floats to the bit, ``-0.0``, the last of
+    repeated keys; ``tests/test_import_speed_paths.py``). Anything it refuses (a blank
+    line, bytes that are not UTF-8, malformed JSON, ``NaN`` and ``Infinity``, numbers
+    beyond the float range, any lone surrogate, nesting past its depth) is read again by
+    :func:`json.loads`, so the value or the error is the one it always was.
+    """
     if n == 1:
         raw = raw.removeprefix(codecs.BOM_UTF8)
+    try:
+        return _FAST_DECODER.decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        pass
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

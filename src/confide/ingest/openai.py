@@ -73,8 +73,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from confide.backends.openai_logprobs import MalformedResponse, generation_from_choice
-from confide.backends.topk import topk_entropies
+from confide.backends.topk import entropy_note, topk_entropies
 from confide.core.records import Generation, Item
 from confide.ingest.common import (
     FORMATS,
@@ -296,8 +298,59 @@ def _choice(choice: Any, where: str, ctx: Context) -> tuple[Generation, dict[str
         gen.tokens, gen.token_logprobs, gen.top_logprobs, gen.top_tokens = [], None, None, None
     notes: dict[str, str] = {}
     if ctx.entropy_bounds and gen.top_logprobs is not None:  # as the openai backend does
-        gen.token_entropies, notes = topk_entropies(gen)
+        gen.token_entropies, notes = _topk_entropies(gen)
     return gen, notes
+
+
+def _topk_entropies(gen: Generation) -> tuple[np.ndarray | None, dict[str, str]]:
+    """:func:`~confide.backends.topk.topk_entropies` of ``gen``, the same float32 values
+    and note, computed a whole answer at a time (per step it cost more than the rest of
+    reading a record; ``benchmarks/results/import_speed.md``).
+
+    Each step's sorted alternatives, the chosen token set apart or added as that function
+    does, are summed in its order with its ``math.exp``, column by column, so every sum
+    is rounded as there (``tests/test_import_speed_paths.py``). Answers outside the common
+    case (no log-probabilities, no alternatives, a value that is not finite, rows of
+    other lengths) go to that function itself.
+    """
+    top, chosen, names = gen.top_logprobs, gen.token_logprobs, gen.top_tokens
+    if (top is None or chosen is None or names is None or top.ndim != 2
+            or not top.shape[0] or not top.shape[1] or len(names) != top.shape[0]
+            or len(gen.tokens) != top.shape[0] or chosen.shape != top.shape[:1]
+            or not np.isfinite(top).all() or not np.isfinite(chosen).all()):
+        return topk_entropies(gen)
+    n, k = top.shape
+    values = top.astype(np.float64)
+    if (values[:, :-1] >= values[:, 1:]).all():  # listed best first (as the API does)
+        last = [k - 1] * n
+    else:  # sorted() by -log p, stable: ties keep their order
+        order = np.argsort(-values, axis=1, kind="stable")
+        values = values[np.arange(n)[:, None], order]
+        last = order[:, -1].tolist()
+    apart = np.zeros(n, dtype=bool)  # the chosen token is the least likely listed: set apart
+    unlisted = np.zeros(n, dtype=bool)  # not listed: its log p is known beyond the top-k
+    for t, (token, row) in enumerate(zip(gen.tokens, names, strict=True)):
+        if len(row) != k:
+            return topk_entropies(gen)
+        if k >= 2 and row[last[t]] == token:
+            apart[t] = True
+        elif token not in row:
+            unlisted[t] = True
+    p = np.fromiter(map(math.exp, values.ravel().tolist()), np.float64, n * k).reshape(n, k)
+    # running sums (accumulate adds in order, as the loop of entropy_lower_bound does;
+    # a sum() pairs terms otherwise); 0.0 - x: that loop's sign of a zero
+    mass = np.cumsum(p, axis=1)[:, -1]
+    seen = 0.0 - np.cumsum(p * values, axis=1)[:, -1]
+    if unlisted.any():
+        lp = chosen.astype(np.float64)[unlisted]
+        p_lp = np.fromiter(map(math.exp, lp.tolist()), np.float64, len(lp))
+        mass[unlisted] += p_lp
+        seen[unlisted] -= p_lp * lp
+    least = np.where(apart, values[:, k - 2], values[:, k - 1]) if apart.any() else values[:, -1]
+    tail = 1.0 - mass
+    bounds = np.where(tail > 0.0, seen + tail * -least, seen)
+    return bounds.astype(np.float32), entropy_note([k - 1] * int(apart.sum())
+                                                   + [k] * int(n - apart.sum()))
 
 
 def _raw_text(choice: dict[str, Any]) -> str:

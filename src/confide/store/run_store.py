@@ -15,6 +15,7 @@ and a resumed run refuses to write into a damaged store.
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import sqlite3
 import time
@@ -23,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from confide.core.errors import ConfigMismatch, StoreDamaged, StoreError
@@ -359,7 +361,7 @@ class RunStore:
         one stored, the position read inside the write transaction, so writers in
         several processes (two servers logging into one run) never share one.
         """
-        data = json.dumps(record.to_dict(), allow_nan=False)
+        data = self.encode(record)
         with self._guard(), self._conn:
             self._conn.execute("BEGIN IMMEDIATE")  # the write lock: no one appends meanwhile
             if position is None:
@@ -374,7 +376,7 @@ class RunStore:
 
     def replace(self, record: Record) -> None:
         """Rewrite a stored record (new scores or grades); its hidden states are kept."""
-        data = json.dumps(record.to_dict(), allow_nan=False)
+        data = self.encode(record)
         with self._guard(), self._conn:
             self._conn.execute("BEGIN IMMEDIATE")
             self._conn.execute("UPDATE records SET data = ? WHERE item_id = ?",
@@ -428,8 +430,21 @@ class RunStore:
 
     @staticmethod
     def encode(record: Record) -> str:
-        """A record's stored text (as :meth:`put` stores it), for :meth:`put_many`."""
-        return json.dumps(record.to_dict(), allow_nan=False)
+        """A record's stored text (as :meth:`put` stores it), for :meth:`put_many`.
+
+        Written by ``msgspec`` (a tenth of :func:`json.dumps`' time on an imported record,
+        ``benchmarks/results/import_speed.md``) when every part of it is plain JSON
+        (:func:`_plain`), else by :func:`json.dumps`, which refuses NaN and infinities
+        (``ValueError``) and what JSON cannot hold (``TypeError``) as it always did; the
+        text read back is the same either way (``tests/test_import_speed_paths.py``).
+        """
+        d = record.to_dict()
+        try:
+            if _plain(d):
+                return _FAST_ENCODER.encode(d).decode("utf-8")
+        except (msgspec.MsgspecError, TypeError, ValueError, OverflowError, RecursionError):
+            pass  # a lone surrogate, an int past 64 bits (msgspec), deep nesting: json's way
+        return json.dumps(d, allow_nan=False)
 
     def put_many(self, rows: list[tuple[int, str, str]], meta: dict[str, Any] | None = None
                  ) -> int:
@@ -519,3 +534,58 @@ def record_row(record: Record) -> dict[str, Any]:
     for name, reason in record.score_errors.items():
         row[f"why.{name}"] = reason
     return row
+
+
+# --- the stored text -------------------------------------------------------------------------
+
+_FAST_ENCODER = msgspec.json.Encoder()
+# What msgspec writes as json.dumps would (json.dumps refuses, or writes otherwise, the rest:
+# msgspec writes NaN as null, and sets, bytes, enums, dates, UUIDs and dataclasses its own way).
+_SCALARS = frozenset({str, int, bool, type(None)})
+_NUMBERS = frozenset({float, int, bool})
+_SEQUENCES = frozenset({list, tuple})
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` holds only dicts with text keys, lists, tuples, text, integers,
+    booleans, None and finite floats, all of exactly those types."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return True
+    if kind is float:
+        return value - value == 0.0  # NaN and infinities give NaN
+    if kind is dict:
+        return all(type(key) is str for key in value) and _all_plain(value.values())
+    if kind in _SEQUENCES:
+        return _all_plain(value)
+    return False
+
+
+def _all_plain(values: Any) -> bool:
+    """:func:`_plain` of every element of a sized collection; a list of numbers, of
+    texts, or of such lists (the token statistics) checked at once."""
+    kinds = set(map(type, values))
+    if kinds <= _SCALARS:
+        return True
+    if kinds <= _NUMBERS:
+        total = sum(values)  # finite only if every element is (an overflow: json's way)
+        return total - total == 0
+    if kinds <= _SEQUENCES:
+        return _rows_plain(values)
+    return all(_plain(v) for v in values)
+
+
+def _rows_plain(rows: Any) -> bool:
+    """:func:`_all_plain` of the elements of lists (or tuples), all taken together."""
+    first = next((row[0] for row in rows if row), None)
+    try:
+        if type(first) is str:
+            "".join(itertools.chain.from_iterable(rows))  # texts (a subclass: msgspec refuses)
+            return True
+        if type(first) is float:
+            total = sum(map(sum, rows))  # numbers: a Decimal, numpy scalar... gives another type
+            if type(total) is float:
+                return bool(total - total == 0)
+    except TypeError:
+        pass
+    return _all_plain(list(itertools.chain.from_iterable(rows)))
