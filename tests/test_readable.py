@@ -253,3 +253,29 @@ def test_the_bundled_model_answers_with_a_shipped_probability(hf_model):
     off = confide.score(hf_model, "Who wrote Hamlet?", max_new_tokens=8, calibrator=False,
                         scorers="msp")
     assert off.probability is None and off.calibration is None
+
+
+def test_a_calibrator_fitted_on_scored_answers_and_the_users_labels():
+    # 30 answers whose msp rises with correctness; the user's labels say which are right
+    probs = [0.2 + 0.02 * i for i in range(30)]
+    labels = [int(i % 3 != 0 and i > 5) for i in range(30)]
+    answers = confide.score_answers([f"Q{i}?" for i in range(30)], ["A"] * 30,
+                                    logprobs=[_lp("A", p) for p in probs], scorers="msp")
+    fit = confide.calibrate(answers, "msp", labels, method="platt", model="tiny-llm",
+                            prompt_style="chat")
+    assert (fit.n, fit.n_missing) == (30, 0)
+    assert fit.accuracy == pytest.approx(sum(labels) / 30)
+    cal = fit.calibrator
+    assert cal.extra["model"] == "tiny-llm" and cal.extra["prompt_style"] == "chat"
+    assert cal.extra["crossfit_ece"] == fit.crossfit_ece and cal.n_fit == 30
+    # applied as it was fitted: no warning, and the probability is the calibrator's own
+    again = confide.score_answers("Q?", "A", logprobs=_lp("A", 0.5), calibrator=cal,
+                                  model="tiny-llm", prompt_style="chat")
+    assert again.calibration["warnings"] == []
+    assert again.probability == pytest.approx(cal.predict(math.log(0.5)))
+    with pytest.raises(InvalidInputError, match="labels: give one label per answer"):
+        confide.calibrate(answers, "msp", labels[:3])
+    with pytest.raises(InvalidInputError, match="labels: label 2 must be true/false"):
+        confide.calibrate(answers, "msp", [1, 0, "yes"] + labels[3:])
+    with pytest.raises(InvalidInputError, match="pass labels="):
+        confide.calibrate(answers, "msp")  # no references: no grades to read

@@ -40,10 +40,11 @@ from confide.decisions.calibration import (
     CalibrationFit,
     Calibrator,
     as_calibrator,
+    calibrate_answers,
+    calibrate_run,
     load_calibrator,
     shipped_calibrator,
 )
-from confide.decisions.calibration import calibrate_run as calibrate
 from confide.decisions.refining import RefineSummary, refine, refine_run
 from confide.decisions.routing import CascadeCurve, CascadePoint, cascade
 from confide.decisions.routing import route_models as route
@@ -299,6 +300,32 @@ def fit_learned(run: str | Path, *, kind: str = "probe", out: str | Path | None 
     if out is not None:
         model.save(out)
     return model
+
+
+def calibrate(run_or_answers: Run | str | Path | Sequence[ScoredAnswer], scorer: str,
+              labels: Sequence[Any] | None = None, *, method: str = "isotonic",
+              grader: str | None = None, n_bins: int = 10, n_folds: int = 5, seed: int = 0,
+              **provenance: Any) -> CalibrationFit:
+    """Fit a calibrator of ``scorer`` and measure it by cross-fitting (``confide calibrate``).
+
+    ``run_or_answers``: a graded run (a :class:`Run` or its directory; its ``grader``
+    grades, or labels added with ``confide label`` and ``grader="human"``), or scored
+    answers (``confide.score`` / ``confide.score_answers``) with ``labels``, one
+    correctness per answer (None: each answer's grade). For answers, ``provenance`` may
+    name ``model``, ``task`` and ``prompt_style``, which the calibrator then carries.
+    The fit's ``calibrator`` goes to ``score(..., calibrator=)``, ``score_answers`` and
+    ``confide serve --calibrator`` (saved with ``.save(path)``).
+    """
+    if isinstance(run_or_answers, (Run, str, Path)):
+        if labels is not None or provenance:
+            raise InvalidInputError("a run's labels are its grades: add them with "
+                                    "confide.label, then pass grader=", field="labels")
+        return calibrate_run(run_or_answers, scorer, method=method,  # type: ignore[arg-type]
+                             grader=grader, n_bins=n_bins, n_folds=n_folds, seed=seed)
+    return calibrate_answers(list(run_or_answers), scorer, labels,
+                             method=method,  # type: ignore[arg-type]
+                             grader=grader, n_bins=n_bins, n_folds=n_folds, seed=seed,
+                             **provenance)
 
 
 def apply_learned(run: Run, files: Sequence[str | Path], *,

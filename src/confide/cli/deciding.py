@@ -30,7 +30,7 @@ def calibrate(
     from confide.cli.decision_tables import render_calibration
 
     with user_errors():
-        fit = api.calibrate(run_dir, scorer, method=method, grader=grader,  # type: ignore[arg-type]
+        fit = api.calibrate(run_dir, scorer, method=method, grader=grader,
                             n_bins=bins)
         path = fit.calibrator.save(output_file(
             out or run_dir / f"calibrator-{scorer}-{method}.json", "--out"))

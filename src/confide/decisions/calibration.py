@@ -70,8 +70,8 @@ from confide.metrics.crossfit import (
 
 __all__ = ["CALIBRATION_METHODS", "PROMPT_STYLES", "PROVENANCE_KEYS", "SHIPPED_DIR",
            "CalibrationFit", "Calibrator", "ReliabilityDiagram", "as_calibrator",
-           "calibrate_run", "fit_calibrator", "load_calibrator", "reliability_diagram",
-           "run_provenance", "shipped_calibrator"]
+           "calibrate_answers", "calibrate_run", "fit_calibrator", "load_calibrator",
+           "reliability_diagram", "run_provenance", "shipped_calibrator"]
 
 _KIND = "confide.calibrator"
 _VERSION = 1
@@ -487,18 +487,79 @@ def calibrate_run(run: Any, scorer: str, *, method: Method = "isotonic",
     accuracy and the cross-fitted ECE and Brier score) in ``extra``."""
     run = as_run(run)
     col = run_column(run, scorer, grader)
-    calibrator = fit_calibrator(col.confidence, col.correct, method=method, scorer=scorer,
-                                n_bins=n_bins, grader=col.grader, source=col.source)
-    crossfit = crossfit_probabilities(col.confidence, col.correct, method=method,
-                                      n_folds=n_folds, n_bins=n_bins, seed=seed)
+    return _measured_fit(col.confidence, col.correct, scorer=scorer, method=method,
+                         grader=col.grader, source=col.source, n_missing=col.n_missing,
+                         n_bins=n_bins, n_folds=n_folds, seed=seed,
+                         provenance=run_provenance(run))
+
+
+def calibrate_answers(answers: Sequence[Any], scorer: str, labels: Sequence[Any] | None = None,
+                      *, method: Method = "isotonic", grader: str | None = None,
+                      model: str | None = None, task: str | None = None,
+                      prompt_style: str | None = None, n_bins: int = 10,
+                      n_folds: int = DEFAULT_FOLDS, seed: int = 0) -> CalibrationFit:
+    """Fit a calibrator of ``scorer`` on scored answers (``confide.score`` or
+    ``confide.score_answers``) and the user's labels, measured by cross-fitting.
+
+    ``labels``: one correctness per answer (1/0, true/false, or a number in [0, 1]);
+    None reads each answer's grade (``grader``, or its only grade). Answers without a
+    value of ``scorer`` are left out and counted (``n_missing``). ``model``, ``task`` and
+    ``prompt_style`` are the provenance the calibrator carries (it warns when applied
+    outside them).
+    """
+    answers = list(answers)
+    if not answers:
+        raise InvalidInputError("no answers to fit on", field="answers")
+    if labels is not None and len(labels) != len(answers):
+        raise InvalidInputError(f"give one label per answer: {len(labels)} labels for "
+                                f"{len(answers)} answers", field="labels")
+    correct = []
+    for i, answer in enumerate(answers):
+        if labels is not None:
+            value = labels[i]
+        else:
+            grades = answer.grades
+            name = grader or (next(iter(grades)) if len(grades) == 1 else None)
+            if name is None or name not in grades:
+                raise InvalidInputError(f"answer {i} has grades {sorted(grades) or 'none'}: "
+                                        "pass labels=, or grader= naming one",
+                                        field="labels" if not grades else "grader")
+            value = grades[name]
+        if isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+            raise InvalidInputError(f"label {i} must be true/false or a number in [0, 1], "
+                                    f"not {value!r}", field="labels")
+        correct.append(float(value))
+    values = [float(a.confidences.get(scorer, math.nan)) for a in answers]
+    if all(math.isnan(v) for v in values):
+        raise InvalidInputError(f"no answer has a value of {scorer!r}", field="scorer")
+    keep = [i for i, v in enumerate(values) if not math.isnan(v)]
+    return _measured_fit(np.asarray([values[i] for i in keep]),
+                         np.asarray([correct[i] for i in keep]), scorer=scorer, method=method,
+                         grader=grader or ("labels" if labels is not None else None),
+                         source="answers", n_missing=len(answers) - len(keep), n_bins=n_bins,
+                         n_folds=n_folds, seed=seed,
+                         provenance={"model": model, "task": task,
+                                     "prompt_style": prompt_style, "num_fewshot": None})
+
+
+def _measured_fit(confidence: FloatArray, correct: FloatArray, *, scorer: str, method: Method,
+                  grader: str | None, source: str | None, n_missing: int, n_bins: int,
+                  n_folds: int, seed: int, provenance: dict[str, Any]) -> CalibrationFit:
+    """The calibrator fitted on all items, measured by cross-fitting, its provenance kept."""
+    calibrator = fit_calibrator(confidence, correct, method=method, scorer=scorer,
+                                n_bins=n_bins, grader=grader, source=source)
+    crossfit = crossfit_probabilities(confidence, correct, method=method, n_folds=n_folds,
+                                      n_bins=n_bins, seed=seed)
     fit = CalibrationFit(
-        calibrator=calibrator, n=int(col.confidence.size), n_missing=col.n_missing,
-        accuracy=float(col.correct.mean()),
-        insample_ece=calibration_error(calibrator.predict(col.confidence), col.correct),
-        crossfit_ece=calibration_error(crossfit, col.correct),
-        crossfit_brier=brier_loss(crossfit, col.correct),
-        reliability=reliability_diagram(crossfit, col.correct, n_bins=10))
-    calibrator.extra.update({**run_provenance(run), "accuracy": fit.accuracy,
+        calibrator=calibrator, n=int(confidence.size), n_missing=n_missing,
+        accuracy=float(correct.mean()),
+        insample_ece=calibration_error(calibrator.predict(confidence), correct),
+        crossfit_ece=calibration_error(crossfit, correct),
+        crossfit_brier=brier_loss(crossfit, correct),
+        reliability=reliability_diagram(crossfit, correct, n_bins=10))
+    calibrator.extra.update({**provenance, "accuracy": fit.accuracy,
                              "crossfit_ece": fit.crossfit_ece,
                              "crossfit_brier": fit.crossfit_brier})
     return fit
