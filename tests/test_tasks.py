@@ -367,14 +367,16 @@ def test_bfcl_items_tools_and_ground_truth_self_match():
         load_task("bfcl", category="multi_turn")
 
 
+# Every record of the file is an item: those the built-in exemplars are taken from stay
+# too, each prompted without its own exemplar (options["excluded_as_exemplars"] counts them).
 FULL = {
-    "triviaqa": ("triviaqa/triviaqa_sm_sub.jsonl", 2995),
-    "gsm8k": ("gsm8k/test.jsonl", 1311),
+    "triviaqa": ("triviaqa/triviaqa_sm_sub.jsonl", 3000),
+    "gsm8k": ("gsm8k/test.jsonl", 1319),
     "truthfulqa": ("truthfulqa/TruthfulQA.csv", 817),
     "mmlu": ("mmlu", 14042),
-    "commonsense_qa": ("commonsense_qa/commonsense_qa.jsonl", 1216),
-    "arc_easy": ("arc/arc_easy.jsonl", 2371),
-    "boolq": ("boolq/boolq.jsonl", 3265),
+    "commonsense_qa": ("commonsense_qa/commonsense_qa.jsonl", 1221),
+    "arc_easy": ("arc/arc_easy.jsonl", 2376),
+    "boolq": ("boolq/boolq.jsonl", 3270),
     "bfcl": ("bfcl", 400 + 200 + 200 + 200 + 258 + 1053 + 16 + 24),
 }
 
