@@ -139,6 +139,12 @@ def test_serve_calibrates_and_abstains_under_a_policy(hf_model, tmp_path):
         c = info["confidences"]["mean_logprob"]
         assert info["calibrated"] == pytest.approx(1 / (1 + math.exp(-(2.0 * c + 1.0))))
         assert info["decision"] == decision and info["decided_on"] == "calibrated"
+        # the calibration's provenance and where this reply lies outside it: a chat prompt
+        # to the served model, and a calibrator that does not say what it was fitted on
+        calibration = info["calibration"]
+        assert calibration["applied_to"]["prompt_style"] == "chat"
+        assert calibration["applied_to"]["model"] == "smollm2"
+        assert any("does not say which model" in w for w in calibration["warnings"])
         if decision == "abstain":
             assert reply.choices[0].message.content == "Ask a human."
             assert info["answer"]

@@ -25,13 +25,14 @@ from confide.backends.base import (
     item_seed,
 )
 from confide.core.errors import BackendError, BackendTimeout
-from confide.core.jsonsafe import finite_or_none
+from confide.core.jsonsafe import finite_or_none, json_safe
 from confide.core.records import Generation, Item, Record
 from confide.equivalence.judges import ExactJudge
 from confide.equivalence.summary import summarize
 from confide.pipeline.answering import Pipeline
 from confide.pipeline.plan import generation_spec
 from confide.pipeline.streaming import AnswerStream, EarlyAbstention
+from confide.runs.answers import backend_model
 from confide.serve.decisions import Calibrator, Policy, decide
 from confide.serve.guards import RequestError
 from confide.serve.models import GenerationRequest, Limits
@@ -115,7 +116,9 @@ class Replies:
         """The ``confide`` object and the choices' generations: one code for every reply."""
         loop = asyncio.get_running_loop()
         records = await loop.run_in_executor(None, score_choices, self.pipeline, job, result)
-        infos = [confide_object(r, self.pipeline.skipped, self.calibrator, self.policy)
+        style = "chat" if not isinstance(job.prompt, str) else None
+        infos = [confide_object(r, self.pipeline.skipped, self.calibrator, self.policy,
+                                model=backend_model(self.backend), prompt_style=style)
                  for r in records]
         info = infos[0]
         if abstained is not None:
@@ -259,7 +262,12 @@ def record_header(record_id: str | None) -> dict[str, str]:
 
 
 def confide_object(record: Record, skipped: dict[str, str], calibrator: Calibrator | None,
-                    policy: Policy | None) -> dict[str, Any]:
+                    policy: Policy | None, *, model: str | None = None,
+                    prompt_style: str | None = None) -> dict[str, Any]:
+    """The ``confide`` object of one choice. With a calibrator that keeps its provenance
+    (:meth:`confide.decisions.calibration.Calibrator.calibrate`), ``calibration`` holds it
+    and the warnings where this reply lies outside it (``model``: the served model;
+    ``prompt_style``: ``"chat"`` for chat messages, unknown for a text prompt)."""
     info: dict[str, Any] = {
         "scored_choice": 0,
         "confidences": {k: finite_or_none(v) for k, v in record.scores.items()},
@@ -274,6 +282,11 @@ def confide_object(record: Record, skipped: dict[str, str], calibrator: Calibrat
             info["reasons"]["calibrated"] = f"no {calibrator.scorer} confidence to calibrate"
         else:
             info["calibrated"] = finite_or_none(calibrator.predict(raw))
+        calibrate = getattr(calibrator, "calibrate", None)
+        if callable(calibrate):
+            info["calibration"] = json_safe(calibrate(
+                raw, model=model, prompt_style=prompt_style,
+                reason=record.score_errors.get(calibrator.scorer))[1])
     if policy is not None:
         info.update(decide(policy, record.scores, info["calibrated"]))
     return info
