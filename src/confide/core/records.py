@@ -17,7 +17,7 @@ from confide.core.jsonsafe import json_safe
 from confide.core.needs import TOKEN_STATISTICS
 
 __all__ = ["BOOSTEDPROB_EPSILON", "BOOSTEDPROB_JUMP", "Claim", "DIVERGENCE_TEMPERATURE",
-           "Generation", "Item", "Message", "RENYI_ALPHA", "Record"]
+           "Generation", "Item", "MemberStatistics", "Message", "RENYI_ALPHA", "Record"]
 
 Message = dict[str, str]  # {"role": ..., "content": ...}
 
@@ -82,6 +82,60 @@ BOOSTEDPROB_EPSILON = 0.005
 _ARRAY_FIELDS = tuple(stat.value for stat in TOKEN_STATISTICS)
 
 
+def _array(value: Any, ndim: int) -> np.ndarray | None:
+    if value is None:
+        return None
+    arr = np.asarray(value, dtype=np.float32)
+    return arr.reshape((0,) * ndim) if arr.size == 0 else arr
+
+
+def _listed(arr: np.ndarray | None) -> list[Any] | None:
+    return None if arr is None else np.asarray(arr, dtype=np.float64).tolist()
+
+
+@dataclass
+class MemberStatistics:
+    r"""An answer's tokens under each of :math:`M` ensemble members (teacher forcing).
+
+    Per member :math:`m` and answer token :math:`t`: ``logprobs[m, t]`` :math:`= \log
+    p_m(y_t \mid y_{<t})` and ``entropies[m, t]`` :math:`= H(p_{m,t})`. Over the
+    members' mean :math:`\bar p_t = \frac1M \sum_m p_{m,t}`: ``mean_entropy[t]``
+    :math:`= H(\bar p_t)` and ``mean_cross_entropy[t]`` :math:`= -\sum_v \bar p_t(v)
+    \frac1M \sum_m \log p_{m,t}(v)`. With these four every token-level measure of
+    Malinin and Gales (2021) follows without the vocabulary: expected entropy
+    :math:`\frac1M\sum_m H(p_{m,t})`, mutual information :math:`H(\bar p_t)` minus it,
+    expected pairwise KL ``mean_cross_entropy`` minus the expected entropy, reverse
+    mutual information ``mean_cross_entropy`` minus :math:`H(\bar p_t)`. A statistic the
+    source cannot give (an imported file with the members' chosen-token log-probabilities
+    only) is ``None``; ``method`` names how the members were made (``lora``, ``sve``,
+    ``mc-dropout``, or the source's own word).
+    """
+
+    logprobs: np.ndarray
+    entropies: np.ndarray | None = None
+    mean_entropy: np.ndarray | None = None
+    mean_cross_entropy: np.ndarray | None = None
+    method: str = ""
+
+    @property
+    def count(self) -> int:
+        return int(self.logprobs.shape[0])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"logprobs": _listed(self.logprobs), "entropies": _listed(self.entropies),
+                "mean_entropy": _listed(self.mean_entropy),
+                "mean_cross_entropy": _listed(self.mean_cross_entropy), "method": self.method}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> MemberStatistics:
+        logprobs = _array(d["logprobs"], 2)
+        assert logprobs is not None
+        return cls(logprobs=logprobs, entropies=_array(d.get("entropies"), 2),
+                   mean_entropy=_array(d.get("mean_entropy"), 1),
+                   mean_cross_entropy=_array(d.get("mean_cross_entropy"), 1),
+                   method=str(d.get("method", "")))
+
+
 @dataclass
 class Generation:
     r"""One model output with the token statistics the backend could give.
@@ -106,6 +160,12 @@ class Generation:
     computed from the next-token distribution produced while generating. A statistic
     the backend cannot give is ``None``. ``hidden`` maps ``"layer:pool"``
     (pool is ``last`` or ``mean``) to a float16 vector.
+
+    A reasoning model's reply is two spans: ``trace`` is the reasoning (the
+    ``<think>`` block, or a server's ``reasoning_content``) as a generation of its own,
+    with its own tokens and statistics, and this generation is the final answer after
+    it; ``None`` when the reply has no trace. ``members`` holds the answer's tokens
+    under each ensemble member, where a run has an ensemble.
     """
 
     text: str
@@ -122,6 +182,8 @@ class Generation:
     hidden: dict[str, np.ndarray] | None = None
     # last, so positional construction is unchanged; records stored before it load as None
     token_boosted_prob: np.ndarray | None = None
+    trace: Generation | None = None
+    members: MemberStatistics | None = None
 
     @property
     def n_tokens(self) -> int:
@@ -145,6 +207,11 @@ class Generation:
         for name in _ARRAY_FIELDS:
             arr = getattr(self, name)
             d[name] = None if arr is None else np.asarray(arr, dtype=np.float64).tolist()
+        # written only when present, so records without them stay byte for byte as before
+        if self.trace is not None:
+            d["trace"] = self.trace.to_dict()
+        if self.members is not None:
+            d["members"] = self.members.to_dict()
         return d
 
     @classmethod
@@ -154,7 +221,11 @@ class Generation:
                   for n in _ARRAY_FIELDS}
         return cls(text=d["text"], token_ids=list(d.get("token_ids", [])),
                    tokens=list(d.get("tokens", [])), finish_reason=d.get("finish_reason", "stop"),
-                   top_tokens=d.get("top_tokens"), hidden=hidden, **arrays)
+                   top_tokens=d.get("top_tokens"), hidden=hidden,
+                   trace=None if d.get("trace") is None else cls.from_dict(d["trace"]),
+                   members=(None if d.get("members") is None
+                            else MemberStatistics.from_dict(d["members"])),
+                   **arrays)
 
 
 @dataclass
