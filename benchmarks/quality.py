@@ -58,6 +58,7 @@ from confide.scorers import SCORERS, Need
 from confide.tasks import TASKS
 
 MODELS = ("smollm2", "gemma3-270m")
+EVIDENCE = Path(__file__).resolve().parents[1] / "src/confide/evaluation/quality.json"
 # Each built-in task's full upstream file, relative to $CONFIDE_DATA_DIR.
 FULL_DATA = {"triviaqa": "triviaqa/triviaqa_sm_sub.jsonl", "gsm8k": "gsm8k/test.jsonl",
              "truthfulqa": "truthfulqa/TruthfulQA.csv", "mmlu": "mmlu",
@@ -284,6 +285,36 @@ def render(pieces: list[Piece], timings: list[dict[str, Any]], n_resamples: int)
     return "\n".join(lines) + "\n"
 
 
+def _triple(v: tuple[float, float, float]) -> list[float | None]:
+    return [None if math.isnan(x) else round(float(x), 4) for x in v]
+
+
+def evidence(pieces: list[Piece], n_resamples: int) -> dict[str, Any]:
+    """The quality table as data: per piece, each compared scorer's AUROC and PRR with
+    their intervals, its rank (1 = best AUROC on the items all compared scorers scored),
+    the paired AUROC difference to the best, and whether it beats the length baseline
+    on the items both scored (and whether that lead vanishes within length strata);
+    ``status`` is ``"ranked"`` or why the piece ranks nothing."""
+    out = []
+    for p in pieces:
+        rows = p.ranked_rows()
+        out.append({
+            "task": p.task, "model": p.model, "items": p.n, "samples": p.samples,
+            "data": p.data, "accuracy": _triple(p.table.accuracy),
+            "status": p.at_chance or "ranked", "significant_best": p.significant_best(),
+            "scorers": [{"scorer": r.scorer, "rank": i, "auroc": _triple(r.metrics["auroc"]),
+                         "prr": _triple(r.metrics["prr"]), "n_nan": int(r.n_nan),
+                         "beats_length": r.audit.get("lead"),
+                         "lead_vanishes_within_lengths": r.audit.get("lead_vanishes"),
+                         "vs_best": None if r.vs_best is None else {
+                             k: r.vs_best[k] for k in ("diff", "low", "high")
+                             if k in r.vs_best}}
+                        for i, r in enumerate(rows, start=1)]})
+    return {"written_by": "benchmarks/quality.py --report-only",
+            "interval": f"95% percentile bootstrap, {n_resamples} resamples",
+            "length_baseline": LENGTH_BASELINE, "pieces": out}
+
+
 def _ranking(pieces: list[Piece]) -> str:
     ranked = [p for p in pieces if not p.at_chance and p.samples]
     if not ranked:
@@ -344,6 +375,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="only run the pieces (queue several, then one --report-only)")
     ap.add_argument("--resamples", type=int, default=1000)
     ap.add_argument("--results", type=Path, default=RESULTS, help="folder of quality.md")
+    ap.add_argument("--evidence", type=Path, default=EVIDENCE,
+                    help="the same figures as JSON, shipped in the package for "
+                         "confide.recommend and the docs' scorer table")
     args = ap.parse_args(argv)
 
     tasks = args.task or list(TASKS)
@@ -370,6 +404,9 @@ def main(argv: list[str] | None = None) -> None:
     text = render(pieces, _timings(args.results), args.resamples)
     (args.results / "quality.md").write_text(text)
     print(f"wrote {args.results / 'quality.md'} ({len(pieces)} pieces)")
+    if args.evidence is not None:
+        args.evidence.write_text(json.dumps(evidence(pieces, args.resamples), indent=1) + "\n")
+        print(f"wrote {args.evidence}")
 
 
 if __name__ == "__main__":

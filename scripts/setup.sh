@@ -43,7 +43,7 @@ test)
         CMAKE_ARGS="-DGGML_NATIVE=OFF" "${PIP[@]}" --no-cache-dir \
             --no-binary llama-cpp-python "llama-cpp-python[server]>=0.3"
     fi
-    "${PIP[@]}" -e ".[hf,embed,data,serve,openai,test,peer,ray,langchain,pandas,ensemble]"
+    "${PIP[@]}" -e ".[hf,embed,data,serve,openai,test,peer,ray,langchain,pandas,ensemble,docs]"
     # The report tests open the HTML report in Debian's headless Chromium.
     if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 \
             && [ "$(id -u)" = 0 ]; then

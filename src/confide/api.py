@@ -51,6 +51,8 @@ from confide.decisions.routing import route_models as route
 from confide.decisions.voting import VoteComparison, compare_votes
 from confide.equivalence.summary import UncertaintySummary, summarize
 from confide.evaluation.claims import ClaimTable, evaluate_claims
+from confide.evaluation.recommend import Gives, Recommendation, TaskKind
+from confide.evaluation.recommend import recommend as _recommend
 from confide.evaluation.selfreflect import SelfReflectResult, selfreflect_distance
 from confide.evaluation.table import EvalTable
 from confide.grading.claims import ANSWER_GRADE
@@ -94,13 +96,15 @@ __all__ = [
     "CascadeCurve", "CascadePoint", "ClaimConfig", "ClaimStage", "ConfideError",
     "ConfigMismatch", "DEFAULT_SCORERS", "EXPORT_FORMATS", "EarlyAbstention", "EvalTable",
     "Exported", "InvalidInputError", "Item", "ModelLoadError", "Run", "RunConfig", "RunPlan",
-    "ScoredAnswer", "ScoredAnswers", "SelfReflectResult", "StoreError", "StreamEnd",
+    "Recommendation", "ScoredAnswer", "ScoredAnswers", "SelfReflectResult", "StoreError",
+    "StreamEnd",
     "TokenUpdate", "UncertaintySummary", "UnknownNameError", "VoteComparison", "abstain",
     "apply_learned", "ascore", "ascore_answers", "build_server", "calibrate", "cascade",
     "claim_stage", "compare_votes", "default_run_dir", "detect_format", "evaluate", "execute",
     "export", "fit_learned", "generate_and_evaluate", "import_file", "label", "list_metrics",
     "list_scorers", "list_tasks", "load_calibrator", "load_model", "make_report", "open_run",
-    "prepare", "refine", "replay_adaptive", "route", "run_server", "samples_needed", "score",
+    "prepare", "recommend", "refine", "replay_adaptive", "route", "run_server",
+    "samples_needed", "score",
     "score_answers", "selfreflect_distance", "stream", "summarize", "wrap",
 ]
 
@@ -391,6 +395,26 @@ def list_scorers() -> list[ScorerSpec]:
     costs = list(Cost)
     return sorted(SCORERS.values(), key=lambda s: (families.index(s.family),
                                                    costs.index(s.cost), s.name))
+
+
+def recommend(*, gives: Gives = "topk", samples: int = 0, task: TaskKind = "short",
+              run: Run | str | Path | None = None, grader: str | None = None,
+              live: bool = True, top: int = 5) -> Recommendation:
+    """Which scorers to use for what the model gives, a sampling budget and a kind of task:
+    what ``confide recommend`` prints.
+
+    The evidence is the quality table of the bundled models (AUROC with intervals, rank,
+    and whether each beats the length baseline); with ``run`` (a graded run of the user's
+    own), a scorer is also chosen out of fold on its answers and judged on the held-out
+    fold (:func:`confide.evaluation.recommend.recommend`).
+
+    >>> rec = recommend(gives="none", samples=10, task="short")
+    >>> all("samples" in s.needs or not s.needs for s in rec.scorers)
+    True
+    """
+    records = None if run is None else (run if isinstance(run, Run) else open_run(run)).records
+    return _recommend(gives=gives, samples=samples, task=task, records=records, grader=grader,
+                      live=live, top=top)
 
 
 def list_metrics() -> list[MetricSpec]:

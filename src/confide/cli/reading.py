@@ -68,6 +68,52 @@ def scorers() -> None:
 
 
 @app.command()
+def recommend(
+    gives: Annotated[str, typer.Option(
+        help="what the model's answers carry: none (text only), logprobs (chosen tokens), "
+             "topk (top-k alternatives: OpenAI-compatible APIs), distribution (a local "
+             "model), hidden (hidden states too)")] = "topk",
+    samples: Annotated[int, typer.Option(help="sampled answers per question the budget "
+                                              "allows (0: none)")] = 0,
+    task: Annotated[str, typer.Option(help="short, choice, math, long or calls")] = "short",
+    run: Annotated[Optional[Path], typer.Option(
+        help="a graded run of your own: the choice is also made out of fold on it")] = None,
+    grader: Annotated[Optional[str], typer.Option(help="the grade of --run to read")] = None,
+    top: Annotated[int, typer.Option(help="how many scorers to propose")] = 5,
+    offline: Annotated[bool, typer.Option(
+        "--offline", help="the model cannot be called again (logs only)")] = False,
+) -> None:
+    """Propose scorers for what your model gives, a sampling budget and a kind of task,
+    with the evidence for each (the quality table's AUROC with intervals, and on --run a
+    choice made out of fold); says when none beats the length baseline."""
+    from confide import api
+    from confide.cli.tables import print_table
+
+    with user_errors():
+        rec = api.recommend(gives=gives, samples=samples, task=task, run=run,  # type: ignore[arg-type]
+                            grader=grader, live=not offline, top=top)
+    rows = []
+    for s in rec.scorers:
+        figures = "; ".join(f"{e['task']}×{e['model']} AUROC {e['auroc'][0]:.3f} "
+                            f"[{e['auroc'][1]:.3f}, {e['auroc'][2]:.3f}] rank {e['rank']}/"
+                            f"{e['of']}" for e in s.evidence) or "not measured"
+        rows.append([s.name, s.cost, ", ".join(s.needs) or "–", escape(figures),
+                     "yes" if s.beats_length else "no" if s.evidence else "–"])
+    print_table(console, ["scorer", "cost", "needs", "evidence (quality table)",
+                          "beats length"], rows)
+    if rec.held_out is not None:
+        h = rec.held_out
+        console.print(f"On your run ({h.n_items} answers, {h.n_right} right, {h.folds} folds): "
+                      f"chosen out of fold {h.final_choice} "
+                      f"({', '.join(f'{k} {v}x' for k, v in h.chosen.items())}); held-out "
+                      f"AUROC {h.held_out_auroc:.3f}, length baseline {h.length_auroc:.3f}")
+    for note in rec.notes:
+        console.print(f"note: {escape(note)}")
+    console.print(f"{len(rec.left_out)} scorers left out (what they need is not given); "
+                  "`confide.recommend(...).left_out` says why for each")
+
+
+@app.command()
 def tasks() -> None:
     """List the built-in tasks with size, format and default grader."""
     from confide import api
