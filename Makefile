@@ -4,7 +4,7 @@ VENV := .venv
 RUN_SETUP := $(VENV)/.confide-run-setup
 TEST_SETUP := $(VENV)/.confide-test-setup
 
-.PHONY: setup run test lint
+.PHONY: setup run test lint docs
 setup: $(RUN_SETUP)
 
 $(RUN_SETUP): pyproject.toml scripts/setup.sh
@@ -27,3 +27,7 @@ test: $(RUN_SETUP) $(TEST_SETUP)
 lint: $(RUN_SETUP) $(TEST_SETUP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy
+
+# The documentation site (mkdocs.yml), built offline in strict mode into build/site.
+docs: $(RUN_SETUP) $(TEST_SETUP)
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(VENV)/bin/mkdocs build --strict -d build/site
