@@ -25,7 +25,9 @@ verbalized confidence, a fitted P(correct); :func:`gives_probabilities`),
 al., 2023): ECE, Brier score and the reliability diagram of each. A score that
 merely lies in [0, 1] (``lexical_similarity``, ``probability_margin``,
 ``semantic_density``...) gets none: its ECE would measure a scale, not a belief. The length
-baseline (:func:`confide.scorers.whitebox.length`) is in every table.
+baseline (:func:`confide.scorers.whitebox.length`) is in every table. A table with an
+ensemble's total, aleatoric and epistemic scorers (:data:`confide.scorers.ensemble.SPLITS`)
+carries a note with the mean of each part, showing total = aleatoric + epistemic.
 
 The audit follows Santilli et al. (2025): Spearman correlation of each
 confidence with answer length, AUROC within length-quantile strata next to the
@@ -71,6 +73,7 @@ from confide.metrics.length_audit import (
     stratified_auroc,
 )
 from confide.scorers import SCORERS, run_scorer
+from confide.scorers.ensemble import SPLITS
 
 __all__ = ["DEFAULT_METRICS", "LENGTH_BASELINE", "MIN_COVERAGE", "POST_SELECTION",
            "Calibration", "Comparison",
@@ -355,6 +358,7 @@ def evaluate_records(records: list[Record], *, grader: str, scorers: list[str] |
         notes.append(POST_SELECTION.format(n=comparison.n_common))
     if undefined := _undefined_note(grader, binary, rows, metrics):
         notes.append(undefined)
+    notes.extend(_ensemble_splits(confidences))
     table = EvalTable(grader, len(records), len(graded), accuracy, rows, level,
                       graders=_grader_agreement(graded, names, confidences), notes=notes,
                       options={"metrics": list(metrics), "metric_options": options,
@@ -380,6 +384,30 @@ def _undefined_note(grader: str, correct: np.ndarray, rows: list[ScorerRow],
     return (f"all {correct.size} graded answer(s) are {which} (grader {grader!r}): no "
             f"confidence can separate right from wrong answers here, so {what}; evaluate "
             "more items, with both right and wrong answers")
+
+
+def _ensemble_splits(confidences: dict[str, np.ndarray]) -> list[str]:
+    """A note per ensemble split (:data:`confide.scorers.ensemble.SPLITS`) whose three
+    scorers the table has: the mean of total, aleatoric and epistemic uncertainty (minus
+    each confidence) over the items all three scored, and the largest per-item gap of
+    total − (aleatoric + epistemic), so the table shows the sum holds."""
+    notes = []
+    for names in SPLITS:
+        if not all(n in confidences for n in names):
+            continue
+        parts = -np.vstack([confidences[n] for n in names])
+        keep = np.isfinite(parts).all(axis=0)
+        if not keep.any():
+            continue
+        total, aleatoric, epistemic = parts[:, keep]
+        gap = float(np.max(np.abs(total - (aleatoric + epistemic))))
+        notes.append(
+            f"Ensemble split (Malinin & Gales 2021), mean uncertainty in nats over the "
+            f"{int(keep.sum())} items all three scored: total {total.mean():.4g} ({names[0]}) "
+            f"= aleatoric {aleatoric.mean():.4g} ({names[1]}) + epistemic "
+            f"{epistemic.mean():.4g} ({names[2]}); largest per-item |total − (aleatoric + "
+            f"epistemic)| {gap:.1e}.")
+    return notes
 
 
 def _resolved_options(metrics: Sequence[str], given: dict[str, dict[str, Any]]

@@ -57,6 +57,10 @@ answer gets NaN with the reason and a non-finite value NaN.
 :mod:`.estimators`               scikit-learn pipelines, their plain file form
 :mod:`.fitting`                  :func:`fit`, :func:`fit_run`, :func:`apply_to_run`
 :mod:`.schema`                   :func:`~.schema.check_file`: what a fit file must hold
+:mod:`.multitask`                one probe on several runs' tasks, weighted equally, by
+                                 learned uncertainty (Kendall et al.) or per task
+:mod:`.training`                 :func:`train_members`: ensemble members (LoRA, SVE,
+                                 MC dropout) of a local model, resumable
 ===============================  =============================================
 """
 
@@ -71,7 +75,10 @@ from confide.learned.model import (
     hidden_keys,
     token_features,
 )
+from confide.learned.multitask import WEIGHTINGS, Weighting, fit_multitask, fit_runs
+from confide.learned.training import DEFAULT_LR, load_examples, train_members
 
-__all__ = ["COMBINER_C", "C_GRID", "FORMAT", "KINDS", "TOKEN_FEATURES", "Estimator", "Kind",
-           "Learned", "apply_to_run", "fit", "fit_run", "hidden_keys", "run_digest",
-           "token_features"]
+__all__ = ["COMBINER_C", "C_GRID", "DEFAULT_LR", "FORMAT", "KINDS", "TOKEN_FEATURES",
+           "Estimator", "Kind", "Learned", "WEIGHTINGS", "Weighting", "apply_to_run", "fit",
+           "fit_multitask", "fit_run", "fit_runs", "hidden_keys",
+           "load_examples", "run_digest", "token_features", "train_members"]

@@ -196,7 +196,7 @@ def fit(records: Sequence[Record], *, kind: Kind, grader: str, model: dict[str, 
         report["left_out"] = left_out
         report["notes"] = [f"left out {', '.join(left_out)}: no graded record has a value "
                            "for it (the default takes every scorer; name --scorers to choose)"]
-    report.update(_explain(kind, params, features, views[best_view], y, seed))
+    report.update(explain_fit(kind, params, features, views[best_view], y, seed))
     chosen_layer = None if kind == "combiner" else best_view
     return Learned(kind=kind, name=name or kind, model=dict(model), layer=chosen_layer,
                    features=features, params=params,
@@ -224,8 +224,8 @@ def _no_value_reason(name: str, records: Sequence[Record]) -> str:
     return f"no record has a value ({count} of {len(records)}: {reason})"
 
 
-def _explain(kind: str, params: dict[str, Any], features: list[str], x: np.ndarray,
-             y: np.ndarray, seed: int) -> dict[str, Any]:
+def explain_fit(kind: str, params: dict[str, Any], features: list[str], x: np.ndarray,
+                y: np.ndarray, seed: int) -> dict[str, Any]:
     """Weights (logistic, per standardised input) or permutation importances (boosting)."""
     if params["type"] == "logistic":
         coef = np.asarray(params["coef"])
@@ -325,7 +325,7 @@ def apply_to_run(path: str | Path, learned: Sequence[Learned], *,
         other = model.check_compatible(backend, allow_other_model=allow_other_model)
         _check_inputs(model, records, path, config, skipped)
         if notes is not None:
-            notes.append(_fitted_on(model, own=model.training.get("run_digest") == digest))
+            notes.append(_fitted_on(model, own=model.oof_of(digest) is not None))
             if other:
                 notes.append(other)
         for record, (value, why) in zip(records, model.apply(
@@ -343,6 +343,10 @@ def _fitted_on(model: Learned, *, own: bool) -> str:
     run = training.get("run_path") or "a run"
     inputs = f" from {', '.join(model.features)}" if model.kind == "combiner" else \
         f" at hidden state {model.layer}"
+    if model.multitask is not None:  # several runs: say how the tasks were weighed
+        multi = model.multitask
+        run = f"runs {run}, tasks weighed {multi['weighting']}" + (
+            f" ({multi['applied']}'s probe applied)" if multi["weighting"] == "per-task" else "")
     items = ("its training items get their cross-fitted scores" if own
              else "items it was trained on get NaN")
     return (f"{model.name}: a {model.kind} ({model.label}){inputs}, fitted on {run} "

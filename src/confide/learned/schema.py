@@ -17,7 +17,13 @@ and the field (``probe.json: params.coef: ...``), never met later as a
   ``mean``, ``scale``, ``coef`` of one length, twice the inputs with missing
   indicators; ``boosting``: trees whose nodes point forwards to nodes that exist,
   so applying one always ends);
-* ``training`` and ``oof`` name item ids and give finite scores.
+* ``training`` and ``oof`` name item ids and give finite scores;
+* a probe or lens fitted on several runs (``multitask``) names its weighting (one of
+  :data:`WEIGHTINGS`), two or more tasks of distinct names, each with its run, grader,
+  counts, item ids and out-of-fold scores of those items, the learned log-variance
+  :math:`s_t` within :data:`LOG_VARIANCE_BOUNDS` with :math:`\sigma_t = e^{s_t/2}` and
+  weight :math:`e^{-s_t}` (``uncertainty``), or each task's own probe (``per-task``,
+  checked as ``params`` is) and which one is applied.
 
 What needs the run (its hidden-state width, the scorers its records hold, the
 model that generated it) is checked when the file is applied
@@ -33,13 +39,18 @@ from typing import Any
 
 from confide.core.errors import InvalidInputError
 
-__all__ = ["HIDDEN_KEY", "TOKEN_FEATURES", "check_file", "input_width"]
+__all__ = ["HIDDEN_KEY", "LOG_VARIANCE_BOUNDS", "TOKEN_FEATURES", "WEIGHTINGS", "check_file",
+           "input_width"]
 
 #: A hidden-state key: a layer index and a pooling (``8:mean``, ``-1:last``).
 HIDDEN_KEY = re.compile(r"^-?\d+:(mean|last)$")
 #: The token-probability features a lens reads (:func:`confide.learned.model.token_features`).
 TOKEN_FEATURES = ("mean_logprob", "min_logprob", "mean_entropy", "max_entropy",
                   "mean_kl_uniform", "log_length")
+#: How a probe fitted on several runs weighs their tasks (:mod:`confide.learned.multitask`).
+WEIGHTINGS = ("equal", "uncertainty", "per-task")
+#: Bounds of each learned log-variance :math:`s_t` (task weights within :math:`[e^{-4}, e^4]`).
+LOG_VARIANCE_BOUNDS = (-4.0, 4.0)
 _LINEAR = ("probe", "lens", "combiner")
 _DENSITY = ("mahalanobis", "relative_mahalanobis", "huq")
 _TREE_FIELDS = ("value", "feature_idx", "num_threshold", "missing_go_to_left", "left", "right",
@@ -49,13 +60,13 @@ _TREE_FIELDS = ("value", "feature_idx", "num_threshold", "missing_go_to_left", "
 class _Check:
     """Raises the file's :class:`InvalidInputError` for one field."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+    def __init__(self, path: str, prefix: str = "") -> None:
+        self.path, self.prefix = path, prefix  # prefix: where a nested model sits
 
     def fail(self, field: str, why: str) -> InvalidInputError:
         return InvalidInputError(f"{why}; this file was not written by `confide fit` as it "
                                  "is (edited or cut short?): fit the model again",
-                                 file=self.path, field=field)
+                                 file=self.path, field=self.prefix + field)
 
     def mapping(self, data: dict[str, Any], key: str, prefix: str = "") -> dict[str, Any]:
         value = data.get(key)
@@ -171,6 +182,82 @@ def check_file(data: Any, path: str, *, kinds: tuple[str, ...], format_: str) ->
     report = data.get("report", {})
     if not isinstance(report, dict):
         raise check.fail("report", f"expected an object, got {_what(report)}")
+    if data.get("multitask") is not None:
+        _check_multitask(check, data["multitask"], kind, features)
+
+
+def _check_multitask(check: _Check, multi: Any, kind: str, features: list[str]) -> None:
+    """The tasks of a probe fitted on several runs (module notes)."""
+    if kind not in ("probe", "lens"):
+        raise check.fail("multitask", f"only a probe or lens is fitted on several runs, not a "
+                                      f"{kind}")
+    if not isinstance(multi, dict):
+        raise check.fail("multitask", f"expected an object, got {_what(multi)}")
+    weighting = multi.get("weighting")
+    if weighting not in WEIGHTINGS:
+        raise check.fail("multitask.weighting", f"expected one of {', '.join(WEIGHTINGS)}, got "
+                                                f"{_what(weighting)}")
+    tasks = multi.get("tasks")
+    if not isinstance(tasks, list) or len(tasks) < 2:
+        raise check.fail("multitask.tasks", f"expected a list of two or more tasks, got "
+                                            f"{_what(tasks)}")
+    names: list[str] = []
+    for i, task in enumerate(tasks):
+        where = f"multitask.tasks[{i}]"
+        if not isinstance(task, dict):
+            raise check.fail(where, f"expected an object, got {_what(task)}")
+        name = task.get("name")
+        if not isinstance(name, str) or not name or name in names:
+            raise check.fail(f"{where}.name", f"expected a task name not given before, got "
+                                              f"{_what(name)}")
+        names.append(name)
+        for key in ("run_digest", "run_path"):
+            if task.get(key) is not None and not isinstance(task[key], str):
+                raise check.fail(f"{where}.{key}", f"expected text or null, got "
+                                                   f"{_what(task[key])}")
+        if not isinstance(task.get("grader"), str):
+            raise check.fail(f"{where}.grader", f"expected a grader's name, got "
+                                                f"{_what(task.get('grader'))}")
+        n = check.integer(task.get("n"), f"{where}.n")
+        correct = check.integer(task.get("n_correct"), f"{where}.n_correct")
+        if not 0 <= correct <= n:
+            raise check.fail(f"{where}.n_correct", f"expected 0 to {n}, got {correct}")
+        ids = task.get("item_ids")
+        if not isinstance(ids, list) or not all(isinstance(v, str) for v in ids):
+            raise check.fail(f"{where}.item_ids", f"expected a list of item ids, got "
+                                                  f"{_what(ids)}")
+        oof = task.get("oof")
+        if not isinstance(oof, dict):
+            raise check.fail(f"{where}.oof", f"expected an object of item id: score, got "
+                                             f"{_what(oof)}")
+        known = set(ids)
+        for item, value in oof.items():
+            check.number(value, f"{where}.oof.{item}")
+            if item not in known:
+                raise check.fail(f"{where}.oof.{item}", "a score of an item not in the task's "
+                                                        "item_ids")
+        if weighting == "uncertainty":
+            s = check.number(task.get("log_variance"), f"{where}.log_variance")
+            low, high = LOG_VARIANCE_BOUNDS
+            if not low <= s <= high:
+                raise check.fail(f"{where}.log_variance", f"expected {low} to {high}, got {s}")
+            for key, want in (("sigma", math.exp(s / 2)), ("weight", math.exp(-s))):
+                got = check.number(task.get(key), f"{where}.{key}")
+                if not math.isclose(got, want, rel_tol=1e-9):
+                    raise check.fail(f"{where}.{key}", f"expected {want!r} from log_variance "
+                                                       f"{s!r}, got {got!r}")
+        if weighting == "per-task":
+            layer = task.get("layer")
+            if not isinstance(layer, str) or not HIDDEN_KEY.match(layer):
+                raise check.fail(f"{where}.layer", f"expected a hidden key like '8:mean', got "
+                                                   f"{_what(layer)}")
+            nested = _Check(check.path, prefix=f"{where}.")
+            _check_estimator(nested, kind, nested.mapping(task, "params"), features)
+    applied = multi.get("applied")
+    wanted = names if weighting == "per-task" else ["joint"]
+    if applied not in wanted:
+        raise check.fail("multitask.applied", f"expected {' or '.join(map(repr, wanted))}, got "
+                                              f"{_what(applied)}")
 
 
 def _check_training(check: _Check, data: dict[str, Any]) -> None:
