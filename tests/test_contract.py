@@ -7,8 +7,10 @@ method is covered without writing a test.
 Scorers run on degenerate records built from **real** generations of the
 bundled model (fixture ``hf_model``): greedy answers and samples with every
 token statistic the ``hf`` backend gives (log-probabilities, entropies,
-KL from uniform, top-k alternatives, hidden states). Scorers that ask the
-model a second question get the same real backend; clustering uses the
+KL from uniform, top-k alternatives, hidden states), each answer also under three
+ensemble members (``Generation.members``: distributions over a four-word vocabulary made
+from the answer's own statistics, so a NaN or an empty answer carries into them).
+Scorers that ask the model a second question get the same real backend; clustering uses the
 ``exact`` judge (the default for TriviaQA), the embedding-based scorers the
 bundled all-MiniLM-L6-v2 encoder. Needs exercised: every :class:`Need` except
 ``TRAINING`` (a scorer that must be fitted first cannot be fitted generically;
@@ -23,6 +25,10 @@ Rules checked, for every scorer and every degenerate record:
 * two calls give the same value; reversing the samples gives the same value
   (not re-run for scorers that only ask the model about the greedy answer:
   each call is a generation on the shared CPU);
+* a reasoning reply's trace never stands in for its final answer: a trace with no
+  final answer is NaN (the empty answer); a scorer of the answer span gives an answer
+  with an empty trace, or with a trace only of the answer, the value of the same
+  answer without a trace;
 * an empty answer is never read as confident: an empty greedy answer is NaN;
   samples that are all empty never score above identical samples (strictly
   below for scorers that read the samples); an empty sample added to a record
@@ -37,6 +43,9 @@ Rules checked, for every scorer and every degenerate record:
   whose samples all pick A (``A.``, ``(A)``, ``A``, ``A. bank``), as it does the
   record whose other samples are ``The`` and ``.`` (which SQuAD normalisation
   once made one empty answer with ``A``);
+* a reasoning reply (record ``traced``: a real generation as the trace of the answer and
+  of each sample) gives every scorer that needs a trace a finite value, and a reply
+  without a trace NaN with the reason;
 * every answer-level scorer declares its readable form (:class:`Readable`): a
   transform, or ``none:`` with the reason; a transform maps every value (a grid from
   :math:`-10^{6}` to :math:`10^{6}` and the scorer's values on the records above) into
@@ -55,7 +64,7 @@ import pytest
 
 from confide.backends.base import GenerationSpec
 from confide.core.errors import ConfideError, InvalidInputError
-from confide.core.needs import MODEL_PASSES
+from confide.core.needs import MEMBER_STATISTICS, MODEL_PASSES
 from confide.core.records import Generation, Item, Record
 from confide.equivalence.judges import ExactJudge
 from confide.grading import GRADERS, grade
@@ -128,7 +137,31 @@ def _letters(greedy: Generation, samples: list[Generation], texts: list[str]) ->
                   [replace(s, text=t) for s, t in zip(samples, texts, strict=True)])
 
 
+def _ensemble(gen: Generation) -> Generation:
+    """``gen`` under 3 ensemble members: member m's step t gives the answer's token the
+    logit ``(1 + m/4) log p_t`` and three other words ``-H_t``, -2 and -3 (H_t its entropy)."""
+    from confide.scorers.ensemble import member_statistics
+
+    lp = np.asarray(gen.token_logprobs, dtype=np.float64)
+    ent = np.asarray(gen.token_entropies, dtype=np.float64)
+    logits = np.stack([np.stack([(1 + m / 4) * lp, -ent, np.full_like(lp, -2.0),
+                                 np.full_like(lp, -3.0)], axis=-1) for m in range(3)])
+    with np.errstate(invalid="ignore"):  # the non-finite case: -inf - (-inf) is NaN
+        logits -= np.log(np.exp(logits).sum(-1, keepdims=True))
+    return replace(gen, members=member_statistics(logits, [0] * len(lp), method="contract"))
+
+
+def _with_members(record: Record) -> Record:
+    return replace(record, greedy=_ensemble(record.greedy),
+                   samples=[_ensemble(s) for s in record.samples])
+
+
 def _records(generations) -> dict[str, Record]:
+    out = _plain_records(generations)
+    return {case: _with_members(record) for case, record in out.items()}
+
+
+def _plain_records(generations) -> dict[str, Record]:
     item, result = generations[0]
     greedy, samples = result.greedy, list(result.samples)
     distinct = list(dict.fromkeys(ExactJudge().key(r.greedy.text) for _, r in generations))
@@ -149,12 +182,20 @@ def _records(generations) -> dict[str, Record]:
         "distinct": Record(item, greedy, distinct_samples),
         "one_token": Record(item, _first_token(greedy), [_first_token(s) for s in samples]),
         "non_finite": Record(item, _non_finite(greedy), [_non_finite(samples[0]), *samples[1:]]),
+        # a reasoning reply: a real generation as the trace of the answer and of each sample
+        "traced": Record(item, replace(greedy, trace=samples[0]),
+                         [replace(s, trace=samples[-1 - i]) for i, s in enumerate(samples)]),
         **{case: _letters(greedy, samples, texts) for case, texts in LETTERS.items()},
+        # reasoning replies (confide.core.reasoning): the greedy answer is the final answer
+        "trace_no_answer": Record(item, replace(_empty(), finish_reason="length",
+                                                trace=replace(greedy)), samples),
+        "empty_trace": Record(item, replace(greedy, trace=_empty()), samples),
+        "trace_of_answer": Record(item, replace(greedy, trace=replace(greedy)), samples),
     }
 
 
 CASES = ["real", "empty_greedy", "empty_sample", "all_empty", "partly_empty", "one_sample",
-         "identical", "distinct", "one_token", "non_finite", "letters"]
+         "identical", "distinct", "one_token", "non_finite", "letters", "traced"]
 
 
 @pytest.fixture(scope="module")
@@ -228,10 +269,45 @@ def test_scorer_is_deterministic_and_ignores_sample_order(name, case, records, s
         assert _same(value, flipped), f"{name} on {case}: {value} vs {flipped} reversed"
 
 
+@pytest.mark.parametrize("name", [n for n in SCORER_NAMES if Need.TRACE in SCORERS[n].needs])
+def test_a_trace_scorer_reads_a_real_trace_and_refuses_a_reply_without_one(name, first):
+    value, why = first(name, "traced")
+    assert why is None and math.isfinite(value), (name, why)
+    value, why = first(name, "real")
+    assert math.isnan(value) and "no reasoning trace" in why
+
+
+@pytest.mark.parametrize("name", [n for n in SCORER_NAMES
+                                  if SCORERS[n].needs & MEMBER_STATISTICS])
+def test_an_ensemble_scorer_reads_the_members_of_a_real_answer(name, first):
+    value, why = first(name, "real")
+    assert why is None and math.isfinite(value), (name, why)
+
+
 @pytest.mark.parametrize("name", SCORER_NAMES)
 def test_an_empty_greedy_answer_is_never_scored(name, first):
     value, reason = first(name, "empty_greedy")
     assert math.isnan(value) and "empty answer" in reason
+
+
+TRACE_CASES = ["empty_trace", "trace_of_answer"]
+
+
+@pytest.mark.parametrize("name", SCORER_NAMES)
+def test_a_reasoning_trace_never_stands_in_for_the_final_answer(name, first):
+    """A trace with no final answer is never scored (an empty answer: NaN); a scorer of the
+    answer span scores an answer with an empty trace, or with a trace that is only the
+    answer, as the same answer with no trace; any other gives a value or NaN with a
+    reason on them."""
+    value, reason = first(name, "trace_no_answer")
+    assert math.isnan(value) and "empty answer" in reason, (name, value, reason)
+    real, why_real = first(name, "real")
+    for case in TRACE_CASES:
+        value, why = first(name, case)
+        if SCORERS[name].span == "answer":
+            assert _same(value, real) and why == why_real, (name, case, value, real)
+        else:
+            assert math.isfinite(value) or (isinstance(why, str) and why.strip()), (name, case)
 
 
 @pytest.mark.parametrize("name", SCORER_NAMES)

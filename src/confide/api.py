@@ -45,10 +45,16 @@ from confide.decisions.calibration import (
     load_calibrator,
     shipped_calibrator,
 )
+from confide.decisions.deepconf import OnlineVoteComparison, replay_deepconf_online
 from confide.decisions.refining import RefineSummary, refine, refine_run
 from confide.decisions.routing import CascadeCurve, CascadePoint, cascade
 from confide.decisions.routing import route_models as route
-from confide.decisions.voting import VoteComparison, compare_votes
+from confide.decisions.voting import (
+    FilteredVoteComparison,
+    VoteComparison,
+    compare_filtered_votes,
+    compare_votes,
+)
 from confide.equivalence.summary import UncertaintySummary, summarize
 from confide.evaluation.claims import ClaimTable, evaluate_claims
 from confide.evaluation.recommend import Gives, Recommendation, TaskKind
@@ -93,19 +99,19 @@ from confide.tasks import describe_tasks as list_tasks
 # so `dir(confide)` imports nothing) and serves each name from here on first use.
 __all__ = [
     "AbstentionFit", "AdaptiveReport", "BackendError", "CalibrationFit", "CannotScore",
-    "CascadeCurve", "CascadePoint", "ClaimConfig", "ClaimStage", "ConfideError",
-    "ConfigMismatch", "DEFAULT_SCORERS", "EXPORT_FORMATS", "EarlyAbstention", "EvalTable",
-    "Exported", "InvalidInputError", "Item", "ModelLoadError", "Run", "RunConfig", "RunPlan",
-    "Recommendation", "ScoredAnswer", "ScoredAnswers", "SelfReflectResult", "StoreError",
-    "StreamEnd",
-    "TokenUpdate", "UncertaintySummary", "UnknownNameError", "VoteComparison", "abstain",
-    "apply_learned", "ascore", "ascore_answers", "build_server", "calibrate", "cascade",
-    "claim_stage", "compare_votes", "default_run_dir", "detect_format", "evaluate", "execute",
-    "export", "fit_learned", "generate_and_evaluate", "import_file", "label", "list_metrics",
-    "list_scorers", "list_tasks", "load_calibrator", "load_model", "make_report", "open_run",
-    "prepare", "recommend", "refine", "replay_adaptive", "route", "run_server",
-    "samples_needed", "score",
-    "score_answers", "selfreflect_distance", "stream", "summarize", "wrap",
+    "CascadeCurve", "CascadePoint", "ClaimConfig", "ClaimStage", "ConfideError", "ConfigMismatch",
+    "DEFAULT_SCORERS", "EXPORT_FORMATS", "EarlyAbstention", "EvalTable", "Exported",
+    "FilteredVoteComparison", "InvalidInputError", "Item", "ModelLoadError",
+    "OnlineVoteComparison", "Recommendation", "Run", "RunConfig", "RunPlan", "ScoredAnswer",
+    "ScoredAnswers", "SelfReflectResult", "StoreError", "StreamEnd", "TokenUpdate",
+    "UncertaintySummary", "UnknownNameError", "VoteComparison", "abstain", "apply_learned",
+    "ascore", "ascore_answers", "build_server", "calibrate", "cascade", "claim_stage",
+    "compare_filtered_votes", "compare_votes", "default_run_dir", "detect_format", "evaluate",
+    "execute", "export", "fit_learned", "generate_and_evaluate", "import_file", "label",
+    "list_metrics", "list_scorers", "list_tasks", "load_calibrator", "load_model", "make_report",
+    "open_run", "prepare", "recommend", "refine", "replay_adaptive", "replay_deepconf_online",
+    "route", "run_server", "samples_needed", "score", "score_answers", "selfreflect_distance",
+    "stream", "summarize", "train", "wrap",
 ]
 
 #: What ``calibrator=`` takes: a fitted calibrator or the path of its JSON file; None for
@@ -281,29 +287,57 @@ def stream(model: Backend, question: str | Item, *,
     return stream_answer(pipe, item, prompt, plan.spec, item_seed(seed, item.id), early=early)
 
 
-def fit_learned(run: str | Path, *, kind: str = "probe", out: str | Path | None = None,
-                **options: Any) -> Any:
+def fit_learned(run: str | Path | Sequence[str | Path], *, kind: str = "probe",
+                out: str | Path | None = None, **options: Any) -> Any:
     """Fit a probe, lens probe or combiner (:func:`confide.learned.fit`) or a density model
     (``mahalanobis``, ``relative_mahalanobis``, ``huq``: :func:`confide.learned.density.fit`) on a
     stored run; save it to ``out`` (JSON) when given. Returns the
-    :class:`~confide.learned.Learned`."""
+    :class:`~confide.learned.Learned`.
+
+    Several runs of one model (a list) fit one probe or lens across their tasks, weighed by
+    ``weighting`` (``"equal"``, ``"uncertainty"`` or ``"per-task"``:
+    :func:`confide.learned.multitask.fit_runs`)."""
     from confide.learned import Kind, Learned, density, fit_run
+    from confide.learned.multitask import fit_runs
 
     folds = options.get("n_folds", 2)
     if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
         raise InvalidInputError(f"cross-fitting needs at least 2 folds, got {folds!r}",
                                 field="n_folds")
     model: Learned  # a Density is a Learned
-    if kind in density.KINDS:
-        model = density.fit_run(run, kind=kind, **options)
+    runs = [run] if isinstance(run, (str, Path)) else list(run)
+    if len(runs) != 1 or "weighting" in options:
+        model = fit_runs(runs, kind=cast(Kind, kind), **options)  # checks kind and runs
+    elif kind in density.KINDS:
+        model = density.fit_run(runs[0], kind=kind, **options)
     elif options.get("background") is not None:
         raise InvalidInputError("only relative_mahalanobis takes a background run",
                                 field="background")
     else:
-        model = fit_run(run, kind=cast(Kind, kind), **options)  # fit() checks the kind
+        model = fit_run(runs[0], kind=cast(Kind, kind), **options)  # fit() checks the kind
     if out is not None:
         model.save(out)
     return model
+
+
+def train(model: str | Backend, data: str | Path | None = None, *, task: str | None = None,
+          out: str | Path, method: str = "lora", members: int = 4, steps: int = 100,
+          dtype: str | None = None, device: str | None = None, **options: Any) -> Any:
+    """Train ensemble members of a local model (``confide train``): LoRA adapters, singular
+    values (``sve``) or MC dropout passes (:func:`confide.learned.training.train_members`;
+    ``options``: ``rank``, ``lr``, ``seed``, ``batch_size``, ``offset``, ``limit``, ...).
+    ``model`` is a loaded ``hf`` backend or a name loaded here. Resumes a killed training
+    in ``out``. Returns the :class:`~confide.backends.hf.members.EnsembleInfo` of
+    ``out/ensemble.json``."""
+    from confide.learned.training import train_members
+
+    if isinstance(model, str):
+        model = load_backend("hf", model, dtype=dtype, device=device)
+    elif getattr(model, "name", None) != "hf":
+        raise InvalidInputError("ensemble members are trained on a local transformers model "
+                                "(the hf backend)", field="model")
+    return train_members(model, data, task=task, out=out, method=method, members=members,
+                         steps=steps, **options)
 
 
 def calibrate(run_or_answers: Run | str | Path | Sequence[ScoredAnswer], scorer: str,

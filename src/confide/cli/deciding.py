@@ -129,15 +129,50 @@ def vote(
     grader: Annotated[Optional[str], typer.Option(help="grader stored in the run")] = None,
     adaptive: Annotated[bool, typer.Option(
         help="also replay adaptive sampling against fixed k")] = True,
+    eta: Annotated[Optional[float], typer.Option(
+        help="DeepConf offline: keep the top ETA % of sampled traces by trace confidence "
+             "and vote (the paper: 10 or 90)")] = None,
+    trace_confidence: Annotated[str, typer.Option(
+        help="the trace confidence that ranks them: mean, lowest_group, bottom10, tail")
+    ] = "bottom10",
+    online: Annotated[bool, typer.Option(
+        "--online", help="also replay DeepConf-online on the stored traces: a threshold from "
+                         "the warm-up traces (the (100 - ETA)-th percentile, ETA default 10), "
+                         "later traces stopped below it, sampling stopped at consensus")
+    ] = False,
+    warmup: Annotated[int, typer.Option(help="DeepConf-online: warm-up traces (paper: 16)")
+                      ] = 4,
+    consensus: Annotated[float, typer.Option(
+        help="DeepConf-online: stop sampling once the weighted vote's leader holds this "
+             "share")] = 0.95,
+    window: Annotated[Optional[int], typer.Option(
+        help="DeepConf group size in trace tokens (default 2048)")] = None,
 ) -> None:
-    """Majority vote vs confidence-weighted vote (CISC) over samples; adaptive stopping."""
+    """Majority vote vs confidence-weighted vote (CISC) over samples; adaptive stopping;
+    with --eta, DeepConf's confidence-filtered vote over reasoning traces; with --online,
+    DeepConf-online replayed on them (tokens saved, accuracy)."""
     from confide import api
-    from confide.cli.decision_tables import render_adaptive, render_votes
+    from confide.cli.decision_tables import (
+        render_adaptive,
+        render_filtered_votes,
+        render_online_votes,
+        render_votes,
+    )
 
     with user_errors():
         cmp = api.compare_votes(run_dir, temperature=temperature, k=k, judge=judge,
                                 grader=grader, temperatures=(0.01, 1.0, 100.0))
         report = api.replay_adaptive(run_dir, judge=judge, grader=grader) if adaptive else None
+        filtered = None if eta is None else api.compare_filtered_votes(
+            run_dir, eta=eta, measure=trace_confidence, k=k, judge=judge, grader=grader,
+            window=window)
+        replayed = None if not online else api.replay_deepconf_online(
+            run_dir, warmup=warmup, eta=10.0 if eta is None else eta, consensus=consensus,
+            window=window, budget=k, judge=judge, grader=grader)
     render_votes(console, cmp)
     if report is not None:
         render_adaptive(console, report)
+    if filtered is not None:
+        render_filtered_votes(console, filtered)
+    if replayed is not None:
+        render_online_votes(console, replayed)

@@ -19,11 +19,13 @@ if TYPE_CHECKING:  # only annotations: the commands import the API when they run
         CalibrationFit,
         CascadeCurve,
         CascadePoint,
+        FilteredVoteComparison,
+        OnlineVoteComparison,
         VoteComparison,
     )
 
 __all__ = ["render_abstention", "render_adaptive", "render_calibration", "render_cascade",
-           "render_votes"]
+           "render_filtered_votes", "render_online_votes", "render_votes"]
 
 
 def _f(value: float, digits: int = 3) -> str:
@@ -116,6 +118,58 @@ def render_votes(console: Console, cmp: VoteComparison) -> None:
     console.print(out)
     console.print(f"CISC (T = {cmp.temperature:g}) and majority chose different clusters on "
                   f"{cmp.changed} record(s)")
+
+
+def render_filtered_votes(console: Console, cmp: FilteredVoteComparison,
+                          max_items: int = 20) -> None:
+    how = "confidence-weighted" if cmp.weighted else "majority"
+    out = Table("item", "majority", f"top {cmp.eta:g} %, {how}", "kept", "tokens kept / all",
+                title=f"DeepConf offline: traces ranked by {cmp.measure} confidence",
+                title_justify="left")
+    for it in cmp.items[:max_items]:
+        out.add_row(escape(it.id), _f(it.majority, 1), _f(it.filtered, 1), f"{it.kept}/{it.k}",
+                    f"{it.tokens_kept} / {it.tokens_all}")
+    out.add_row("[bold]all[/bold]", _f(cmp.majority), _f(cmp.filtered), "",
+                f"{cmp.tokens_kept} / {cmp.tokens_all}")
+    console.print(out)
+    more = len(cmp.items) - max_items
+    console.print((f"{more} more item(s) not shown; " if more > 0 else "")
+                  + f"the two votes differ on {cmp.changed} record(s)"
+                  + (f"; {cmp.n_skipped} record(s) without traces, samples or grade skipped"
+                     if cmp.n_skipped else "")
+                  + "; offline filtering generates every trace: the kept tokens are what the "
+                    "kept traces cost, not tokens saved")
+
+
+def render_online_votes(console: Console, cmp: OnlineVoteComparison,
+                        max_items: int = 20) -> None:
+    out = Table("item", "majority", "offline", "online", "s", "traces used / k",
+                "stopped", "voted", "no answer", "share", "tokens / all", "saved",
+                title=f"DeepConf-online replayed: warm-up {cmp.warmup}, eta {cmp.eta:g} %, "
+                      f"window {cmp.window}, consensus {cmp.consensus:g}",
+                title_justify="left")
+    for it in cmp.items[:max_items]:
+        out.add_row(escape(it.id), _f(it.majority, 1), _f(it.offline, 1), _f(it.online, 1),
+                    f"{it.threshold:.4g}", f"{it.used}/{it.k}", f"{it.stopped}",
+                    f"{it.voted}", f"{it.no_answer}",
+                    _f(it.share, 2) + (" ✓" if it.reached else ""),
+                    f"{it.tokens} / {it.tokens_all}", f"{it.saved}")
+    out.add_row("[bold]all[/bold]", _f(cmp.majority), _f(cmp.offline), _f(cmp.online), "",
+                f"{sum(it.used for it in cmp.items)}/{sum(it.k for it in cmp.items)}",
+                f"{sum(it.stopped for it in cmp.items)}",
+                f"{sum(it.voted for it in cmp.items)}",
+                f"{sum(it.no_answer for it in cmp.items)}", f"{cmp.n_reached} ✓",
+                f"{cmp.tokens} / {cmp.tokens_all}", f"{cmp.saved} ({_f(cmp.saved_share, 3)})")
+    console.print(out)
+    more = len(cmp.items) - max_items
+    skipped = [f"{n} {why}" for n, why in (
+        (cmp.n_skipped, "without samples or grade"),
+        (cmp.n_too_few, f"with fewer traces than the warm-up of {cmp.warmup}"),
+        (cmp.n_unreadable, "without a warm-up trace confidence")) if n]
+    console.print((f"{more} more item(s) not shown; " if more > 0 else "")
+                  + f"{cmp.n} items; majority and offline vote read every stored trace; "
+                    "a replay of the stored traces in order, not a live run"
+                  + (f"; skipped: {', '.join(skipped)}" if skipped else ""))
 
 
 def render_adaptive(console: Console, report: AdaptiveReport) -> None:

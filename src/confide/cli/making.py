@@ -216,6 +216,10 @@ def score(
     workers: Annotated[Optional[int], typer.Option(
         help="processes reading and scoring a JSON Lines file (default: one per CPU for "
              "files of 32 MB or more; 1: this process only)")] = None,
+    reasoning_tags: Annotated[str, typer.Option(
+        help="tags of a reasoning model's trace in an answer ('<open>,<close>'): the text "
+             "up to the closing tag is the trace, the rest the answer; none: read answers "
+             "whole")] = "<think>,</think>",
 ) -> None:
     """Score a file of existing generations into a run (then eval, report, calibrate ...)."""
     from confide import api
@@ -239,7 +243,8 @@ def score(
                 outcome = api.import_file(
                     file, target, format=fmt, scorers=scorers, grader=grader, answer=answer,
                     greedy_file=greedy_file, on_bad_record=on_bad_record,
-                    label_field=label_field, progress=tick, workers=workers)
+                    label_field=label_field, progress=tick, workers=workers,
+                    reasoning_tags=reasoning_tags)
         except KeyboardInterrupt:
             command = " ".join(shlex.quote(a) for a in sys.argv[1:])
             err_console.print(f"\nInterrupted. Every record read is stored in {target}.\n"

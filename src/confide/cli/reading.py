@@ -55,15 +55,16 @@ def compare(
 @app.command()
 def scorers() -> None:
     """List the registered scorers by family and cost, with their level (answer or claim),
-    what they need and their natural [0, 1] form (or why they have none)."""
+    the span of a reasoning reply they read (answer, trace or both), what they need and
+    their natural [0, 1] form (or why they have none)."""
     from confide import api
     from confide.cli.tables import print_table
 
-    rows = [[spec.name, spec.family, spec.cost.value, spec.level,
+    rows = [[spec.name, spec.family, spec.cost.value, spec.level, spec.span,
              ", ".join(sorted(n.value for n in spec.needs)) or "–", escape(spec.summary),
              escape(spec.readable.formula) if spec.readable else "–"]
             for spec in api.list_scorers()]
-    print_table(console, ["scorer", "family", "cost", "level", "needs", "summary",
+    print_table(console, ["scorer", "family", "cost", "level", "span", "needs", "summary",
                           "in [0, 1]"], rows)
 
 
@@ -198,7 +199,9 @@ def eval_(
 
 @app.command(name="fit")
 def fit_(
-    run_dir: Annotated[Path, typer.Argument(help="graded run to train on")],
+    run_dirs: Annotated[list[Path], typer.Argument(
+        help="graded run to train on; several runs of one model: one probe or lens across "
+             "their tasks (--weighting)", show_default=False)],
     out: Annotated[Path, typer.Option("-o", "--out", help="model file to write (JSON)")],
     kind: Annotated[str, typer.Option(
         help="probe, lens (probe + token features), combiner, or a hidden-state density: "
@@ -217,33 +220,53 @@ def fit_(
     name: Annotated[Optional[str], typer.Option(help="score name (default: KIND:RUN)")] = None,
     background: Annotated[Optional[Path], typer.Option(
         help="relative_mahalanobis: a run of the same model on other text")] = None,
+    weighting: Annotated[Optional[str], typer.Option(
+        help="several runs: equal (each task's mean loss weighs 1), uncertainty (each "
+             "task's weight learned, Kendall et al. 2018) or per-task (one probe per task; the "
+             "one that ranks the other tasks best is applied) [default: equal]")
+                         ] = None,
 ) -> None:
-    """Fit a hidden-state probe, density model or scorer combiner on a graded run; apply with
-    eval --with."""
+    """Fit a hidden-state probe, density model or scorer combiner on a graded run (a probe or
+    lens on several runs at once: --weighting); apply with eval --with."""
     from confide import api
     from confide.cli.tables import print_table
 
     chosen = [s.strip() for s in scorers.split(",") if s.strip()] if scorers else None
     out = output_file(out, "--out")
     with user_errors():
-        model = api.fit_learned(run_dir, kind=kind, out=out, layer=layer, scorers=chosen,
+        model = api.fit_learned(run_dirs[0] if len(run_dirs) == 1 else run_dirs, kind=kind,
+                                out=out, layer=layer, scorers=chosen,
                                 estimator=estimator, grader=grader, n_folds=folds, seed=seed,
                                 **({"name": name} if name else {}),
-                                **({"background": background} if background else {}))
-    if kind != "combiner" and (stale := api.open_run(run_dir).hidden_states_note):
-        err_console.print(f"[yellow]warning[/yellow]: {escape(stale)}")
+                                **({"background": background} if background else {}),
+                                **({"weighting": weighting} if weighting else {}))
+    for run_dir in run_dirs if kind != "combiner" else ():
+        if stale := api.open_run(run_dir).hidden_states_note:
+            err_console.print(f"[yellow]warning[/yellow]: {escape(str(run_dir))}: "
+                              f"{escape(stale)}")
     rep = model.report
     auroc = rep.get("oof_auroc")
     inputs = (f" from {len(model.features)} scorers ({', '.join(model.features)})"
               if model.kind == "combiner" else "")
     console.print(f"{model.kind} [bold]{escape(model.name)}[/bold]{escape(inputs)} fitted on "
-                  f"{escape(str(run_dir))} ({escape(model.model_name())}): {rep['n']} items "
+                  f"{escape(', '.join(map(str, run_dirs)))} ({escape(model.model_name())}): "
+                  f"{rep['n']} items "
                   f"graded with {escape(repr(model.training.get('grader')))} "
                   f"({rep['n_correct']} correct); chosen {escape(str(rep['chosen']))}; "
                   f"cross-fitted AUROC "
                   + ("–" if auroc is None else f"{auroc:.3f}"))
     for name, reason in (rep.get("left_out") or {}).items():
         console.print(f"  left out {escape(name)}: {escape(reason)}")
+    if model.multitask is not None:  # each task: its counts, cross-fitted AUROC and weight
+        uncertainty = rep["weighting"] == "uncertainty"
+        print_table(console, ["task", "items", "correct", "cross-fitted AUROC"]
+                    + (["sigma", "weight"] if uncertainty else []),
+                    [[escape(task), str(t["n"]), str(t["n_correct"]),
+                      "–" if t["oof_auroc"] is None else f"{t['oof_auroc']:.3f}"]
+                     + ([f"{t['sigma']:.3f}", f"{t['weight']:.3f}"] if uncertainty else [])
+                     for task, t in rep["tasks"].items()])
+        if rep.get("applied"):
+            console.print(escape(rep["applied"]))
     weights = rep.get("weights") or rep.get("token_weights") or rep.get("importances")
     if weights:
         print_table(console, ["input", "importance" if "importances" in rep else "weight"],

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["FULL_DISTRIBUTION", "MODEL_PASSES", "TOKEN_STATISTICS", "Need"]
+__all__ = ["FULL_DISTRIBUTION", "MEMBER_STATISTICS", "MODEL_PASSES", "TOKEN_STATISTICS", "Need"]
 
 
 class Need(str, Enum):
@@ -32,6 +32,9 @@ class Need(str, Enum):
     ATTENTIONS = "attentions"              # attention weights of a pass over prompt + answer
     CHOICE_LOGLIKELIHOODS = "choice_loglikelihoods"  # log p of each option (imported logs)
     TOKEN_BOOSTED_PROB = "token_boosted_prob"  # every logit: BoostedProb of the chosen token
+    MEMBER_LOGPROBS = "member_logprobs"    # each ensemble member's log p of each answer token
+    MEMBER_ENTROPIES = "member_entropies"  # members' whole distributions: H(p_m), H(mean), CE
+    TRACE = "trace"                        # a reasoning reply's trace, a generation of its own
 
 
 #: The per-token columns of a Generation, in its stored order.
@@ -43,3 +46,8 @@ FULL_DISTRIBUTION = frozenset({Need.TOKEN_KL_UNIFORM, Need.TOKEN_RENYI_UNIFORM,
                                Need.TOKEN_FISHER_RAO_UNIFORM, Need.TOKEN_BOOSTED_PROB})
 #: Needs only a live model pass can meet (the scorer calls the model again).
 MODEL_PASSES = frozenset({Need.EXTRA_PROMPT, Need.UNCONDITIONED_LOGPROBS, Need.ATTENTIONS})
+#: What an answer's :class:`~confide.core.records.MemberStatistics` hold (``Generation.members``):
+#: ``member_logprobs`` its ``logprobs``; ``member_entropies`` its ``entropies``,
+#: ``mean_entropy`` and ``mean_cross_entropy`` together (a file of chosen-token
+#: log-probabilities has none of these three).
+MEMBER_STATISTICS = frozenset({Need.MEMBER_LOGPROBS, Need.MEMBER_ENTROPIES})

@@ -270,8 +270,10 @@ class Record:
 
     ``scores`` maps scorer name → confidence (higher = more likely correct; NaN
     when the scorer could not answer, with the reason in ``score_errors``).
-    ``grades`` maps grader name → correctness in [0, 1]. ``claims``: the
-    greedy answer's claims, once a long-form run has split it.
+    ``grades`` maps grader name → correctness in [0, 1]; ``grade_errors`` maps a grader
+    that could not grade the answer to why (a reasoning trace with no final answer:
+    :func:`confide.core.reasoning.missing_answer_reason`), the record then ungraded by it.
+    ``claims``: the greedy answer's claims, once a long-form run has split it.
     """
 
     item: Item
@@ -282,6 +284,7 @@ class Record:
     grades: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     claims: list[Claim] | None = None  # long answers only: None until split into claims
+    grade_errors: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -296,6 +299,8 @@ class Record:
         }
         if self.claims is not None:
             d["claims"] = [c.to_dict() for c in self.claims]
+        if self.grade_errors:  # only when present: records without stay byte for byte
+            d["grade_errors"] = dict(self.grade_errors)
         return d
 
     @classmethod
@@ -310,4 +315,5 @@ class Record:
             seconds=float(d.get("seconds", 0.0)),
             claims=(None if d.get("claims") is None
                     else [Claim.from_dict(c) for c in d["claims"]]),
+            grade_errors=dict(d.get("grade_errors", {})),
         )

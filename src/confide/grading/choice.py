@@ -20,7 +20,10 @@ _LEADING_LETTER = (
     re.compile(r"^\(?([A-Z])[.):]\s"),          # "B. text", "B) text", "B: text"
     re.compile(r"^\(([A-Z])\)\s"),              # "(B) text"
 )
-_ANSWER_IS = re.compile(r"\b(?i:answer|option|choice)\s*(?i:is|:)?\s*\(?([A-Z])\b(?![’'\w])")
+# "the answer is B", "Answer: (B)", and in Markdown "**Answer:** B", "answer is **B**"
+_ANSWER_IS = re.compile(r"\b(?i:answer|option|choice)\s*(?i:is|:)?[\s*]*\(?([A-Z])\b(?![’'\w])")
+# a final answer in LaTeX, as reasoning models write it: "\boxed{B}", "\boxed{(B)}"
+_BOXED = re.compile(r"\\boxed\{\s*(?:\\text\{)?\s*\(?([A-Z])\)?\s*\}?\s*\}")
 
 
 def _named_options(norm: str, norm_choices: list[str]) -> list[int]:
@@ -32,7 +35,7 @@ def _named_options(norm: str, norm_choices: list[str]) -> list[int]:
 
 
 def _letter_index(text: str, n: int) -> int | None:
-    for pattern in (*_LEADING_LETTER, _ANSWER_IS):
+    for pattern in (_BOXED, *_LEADING_LETTER, _ANSWER_IS):
         m = pattern.search(text)
         if m and 0 <= ord(m.group(1)) - ord("A") < n:
             return ord(m.group(1)) - ord("A")
@@ -43,6 +46,9 @@ def _choice_index(answer: str, choices: list[str]) -> int | None:
     text = unicodedata.normalize("NFKC", answer).strip()
     n = len(choices)
     norm_choices = [normalize_answer(c) for c in choices]
+    boxed = _BOXED.findall(text)
+    if boxed and 0 <= ord(boxed[-1]) - ord("A") < n:  # the last boxed letter: the final one
+        return ord(boxed[-1]) - ord("A")
     for pattern in _LEADING_LETTER:
         m = pattern.match(text)
         if m and 0 <= ord(m.group(1)) - ord("A") < n:
@@ -85,8 +91,8 @@ def choice(answer: str, item: Item) -> float:
 
     .. math:: g = \mathbb{1}[\hat{k}(a) = k^*]
 
-    where :math:`\hat{k}(a)` is read from the answer, first match wins: a
-    letter alone or leading (``B``, ``(B)``, ``B.``, ``B) …``) — no pick if
+    where :math:`\hat{k}(a)` is read from the answer, first match wins: the last
+    ``\boxed{B}``; a letter alone or leading (``B``, ``(B)``, ``B.``, ``B) …``) — no pick if
     the text after it names another option (``A. yes`` when A is "no"); the
     whole answer equals one option's text (normalised); "the answer is B";
     a letter followed by its own option's text (``A bank``); exactly one

@@ -21,6 +21,9 @@ Field map
 ``top_logprobs``       optional: per token a ``{token: logprob}`` object of the
                        model's **top-k** alternatives (any order; sorted here); the
                        entropy lower bounds rely on them being the top-k
+``reasoning``          optional: the reasoning trace's text, when kept apart from
+                       ``answer`` (the tokens and statistics then cover the trace
+                       and the answer, or the answer alone)
 ``samples``            optional: sampled answers, each a text or an object with
                        ``answer`` and the optional statistics above
 ``references``         optional: accepted answers (text, number or a list)
@@ -32,6 +35,10 @@ The lengths of ``tokens``, ``token_logprobs`` and ``top_logprobs`` must agree, t
 tokens must spell the answer, and each token's statistics must agree with each other
 (:mod:`confide.ingest.common`, "Untrusted input"). Empty statistics lists with a
 non-empty answer mean no statistics.
+
+A reasoning model's ``<think>…</think>`` block in ``answer`` (or the ``reasoning`` field)
+becomes the answer's trace, and the text after it the answer
+(:mod:`confide.core.reasoning`; tags set by ``reasoning_tags``).
 
 Detected (``format="auto"``) by ``question`` with a text ``answer``.
 
@@ -53,6 +60,7 @@ from confide.ingest.common import (
     Imported,
     LogFormat,
     Step,
+    answer_with_trace,
     build_generation,
     capabilities_of,
     check_logprob,
@@ -61,14 +69,15 @@ from confide.ingest.common import (
     get_list,
     item_id,
     label_from,
+    reasoning_field,
     references_from,
     text_prompt,
 )
 
 __all__ = ["fits", "parse"]
 
-_KNOWN = ("id", "question", "answer", "tokens", "token_logprobs", "top_logprobs", "samples",
-          "references", "label")
+_KNOWN = ("id", "question", "answer", "reasoning", "tokens", "token_logprobs", "top_logprobs",
+          "samples", "references", "label")
 
 
 def fits(obj: dict[str, Any]) -> Fit | None:
@@ -94,11 +103,12 @@ def _answer(obj: dict[str, Any], where: str, ctx: Context) -> tuple[Generation, 
     for t, token in enumerate(tokens or []):
         if not isinstance(token, str):
             raise BadField(f"{where}tokens[{t}]", "must be text")
-    if tokens:
+    reasoning = reasoning_field(obj, ("reasoning",), where)
+    if tokens and reasoning is None:  # with a trace, answer_with_trace checks the tokens
         check_spelling(tokens, text, f"{where}tokens")
     if values is None and tops is None:
         gen = Generation(text=text.strip(), tokens=list(tokens or []))
-        return gen, {}
+        return answer_with_trace(gen, reasoning, ctx, f"{where}tokens"), {}
     n = next(iter(lengths.values()))
     steps = []
     for t in range(n):
@@ -116,7 +126,7 @@ def _answer(obj: dict[str, Any], where: str, ctx: Context) -> tuple[Generation, 
         steps.append(Step(tokens[t] if tokens is not None else "", logprob, top))
     gen, notes = build_generation(text, steps, cut=False, bounds=ctx.entropy_bounds,
                                   tokens_known=tokens is not None)
-    return gen, notes
+    return answer_with_trace(gen, reasoning, ctx, f"{where}tokens"), notes
 
 
 def parse(obj: dict[str, Any], ctx: Context) -> Imported:
@@ -128,7 +138,7 @@ def parse(obj: dict[str, Any], ctx: Context) -> Imported:
     samples = []
     for i, s in enumerate(get_list(obj, "samples", "samples") or []):
         if isinstance(s, str):
-            samples.append(Generation(text=s.strip()))
+            samples.append(answer_with_trace(Generation(text=s.strip()), None, ctx, ""))
             continue
         if not isinstance(s, dict):
             raise BadField(f"samples[{i}]", "a sample must be text or an object with 'answer'")

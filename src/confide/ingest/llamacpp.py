@@ -38,6 +38,11 @@ finish_reason          ``"length"`` for ``stop_type == "limit"``, ``stopped_limi
                        or ``done_reason == "length"``, else ``"stop"``
 =====================  ==========================================================
 
+Reasoning: a ``<think>…</think>`` block in the text becomes the answer's trace, the text
+after it the answer, each with its own tokens (:mod:`confide.core.reasoning`; tags set by
+``reasoning_tags``); Ollama's ``thinking`` (``message.thinking`` of ``/api/chat``,
+``thinking`` of ``/api/generate``) gives the trace from its own field.
+
 Tokens past the answer text (the end-of-sequence token's empty piece, a stop
 word) are left out. A reply is one answer: these servers give no samples
 (``answer="greedy-file"`` groups nothing either).
@@ -72,6 +77,7 @@ from confide.ingest.common import (
     Imported,
     LogFormat,
     Step,
+    answer_with_trace,
     build_generation,
     capabilities_of,
     check_logprob,
@@ -83,6 +89,7 @@ from confide.ingest.common import (
     get_str,
     item_id,
     label_from,
+    reasoning_field,
     references_from,
     text_prompt,
 )
@@ -243,6 +250,7 @@ def parse(obj: dict[str, Any], ctx: Context) -> Imported:
     steps: list[Step] | None = None
     notes: dict[str, str] = {}
     bounds = ctx.entropy_bounds
+    thinking = None
     if "content" in reply or "completion_probabilities" in reply:  # llama.cpp
         text = get_str(reply, "content", f"{where}content", default="", allow_none=True) or ""
         where_steps = "completion_probabilities"
@@ -265,18 +273,21 @@ def parse(obj: dict[str, Any], ctx: Context) -> Imported:
         if isinstance(message, dict):
             text = get_str(message, "content", f"{where}message.content", default="",
                            allow_none=True) or ""
+            thinking = reasoning_field(message, ("thinking",), f"{where}message.")
         else:
             text = get_str(reply, "response", f"{where}response", default="",
                            allow_none=True) or ""
+            thinking = reasoning_field(reply, ("thinking",), where)
         where_steps = "logprobs"
         lps = get_list(reply, "logprobs", f"{where}logprobs")
         if lps is not None:
             steps, _ = _new_steps(lps, f"{where}logprobs")
         limit = reply.get("done_reason") == "length"
-    if steps:
+    if steps and thinking is None:  # with a trace, answer_with_trace checks them
         check_spelling([s.token for s in steps], text, f"{where}{where_steps}")
     greedy, more = build_generation(text, steps, finish_reason="length" if limit else "stop",
-                                    bounds=bounds)
+                                    bounds=bounds, cut=thinking is None)
+    greedy = answer_with_trace(greedy, thinking, ctx, f"{where}{where_steps}")
     notes = {**more, **notes}
     the_id = item_id([(obj, "custom_id", "custom_id"), (obj, "id", "id")], ctx.default_id)
     prompt: str | list[dict[str, str]] = ""

@@ -43,6 +43,12 @@ label                  ``label_field`` if given, else the first of ``acc``,
                        ``exact_match`` present (a number in [0, 1] or a boolean)
 =====================  ==========================================================
 
+Reasoning (generate_until): a ``<think>…</think>`` block of the raw reply is the answer's
+trace (:mod:`confide.core.reasoning`; tags set by ``reasoning_tags``); a chain of thought
+whose final answer the task's filter extracted (a regex filter's ``#### 7``) keeps the
+raw reply as the trace of the filtered answer, and the filter's ``[invalid]`` (no answer
+found) is no final answer: an empty answer with that trace, left ungraded.
+
 ``loglikelihood_rolling`` (perplexity) records have no answer and are bad records.
 
 Capabilities: ``samples`` with ``repeats > 1``; no token statistics.
@@ -67,6 +73,7 @@ from confide.ingest.common import (
     Fit,
     Imported,
     LogFormat,
+    answer_with_trace,
     capabilities_of,
     label_from,
     need_list,
@@ -229,6 +236,29 @@ def _task_name(stem: str) -> str | None:
     return match.group(1) if match else None
 
 
+#: What lm-evaluation-harness's regex filters give when the reply holds no answer.
+_NO_MATCH = "[invalid]"
+
+
+def _with_trace(raw: str, answer: str, ctx: Context) -> Generation:
+    """The graded answer with the reasoning that led to it (:mod:`confide.core.reasoning`).
+
+    A ``<think>`` block of the raw reply is its trace. A chain of thought whose answer the
+    task's filter extracted (``#### 7``, "The answer is 7" read by a regex filter) has the
+    raw reply as its trace and the filtered text as its answer; the filter's
+    ``[invalid]`` (no answer found) is no final answer: an empty answer with that trace.
+    A filter that changes only white space leaves the reply one answer.
+    """
+    tagged = answer_with_trace(Generation(text=raw.strip()), None, ctx, "resps")
+    trace = tagged.trace
+    if answer.strip() == raw.strip():
+        return tagged
+    if trace is None:
+        trace = Generation(text=raw.strip())
+    final = "" if answer.strip() == _NO_MATCH else answer.strip()
+    return Generation(text=final, finish_reason=tagged.finish_reason, trace=trace)
+
+
 def parse(obj: dict[str, Any], ctx: Context) -> Imported:
     """One sample-log record as an :class:`~confide.ingest.common.Imported`."""
     doc_id = obj.get("doc_id")
@@ -291,8 +321,8 @@ def parse(obj: dict[str, Any], ctx: Context) -> Imported:
             answer = _text(pick, "filtered_resps[0]")
         if answer != texts[0]:
             metadata["raw_response"] = texts[0]
-        greedy = Generation(text=answer.strip())
-        samples = [Generation(text=t.strip()) for t in texts[1:]]
+        greedy = _with_trace(texts[0], answer, ctx)
+        samples = [_with_trace(t, t, ctx) for t in texts[1:]]
         references = references_from(obj.get("target"), "target")
     caps = capabilities_of(greedy, samples) - {Need.TOKEN_LOGPROBS, Need.TOP_LOGPROBS,
                                                Need.TOKEN_ENTROPIES}

@@ -6,11 +6,13 @@ The formats themselves live in their modules (see :mod:`confide.ingest`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from confide.core.errors import InvalidInputError
+from confide.core.reasoning import DEFAULT_TAGS, Tags
+from confide.core.reasoning import reasoning_tags as reasoning_tags_of
 from confide.ingest import jsonl, llamacpp, lmeval, openai, vllm  # noqa: F401 (register)
 from confide.ingest.common import (
     FORMATS,
@@ -139,7 +141,8 @@ class ImportedStream(Iterator[Imported]):
 
 def read_generations(path: str | Path, format: str = "auto", *, answer: str = "first",
                      greedy_file: str | Path | None = None, on_bad_record: str = "raise",
-                     label_field: str | None = None, entropy_bounds: bool = True
+                     label_field: str | None = None, entropy_bounds: bool = True,
+                     reasoning_tags: str | Sequence[str] | None = DEFAULT_TAGS
                      ) -> ImportedStream:
     """Stream the records of a log file as :class:`Imported` (question, answer, samples).
 
@@ -159,6 +162,11 @@ def read_generations(path: str | Path, format: str = "auto", *, answer: str = "f
         ``label``; ``acc`` or ``exact_match`` for ``lmeval``).
     entropy_bounds : give ``token_entropies`` as lower bounds from the top-k
         log-probabilities (default); False leaves them out.
+    reasoning_tags : the tags of a reasoning model's trace in an answer's text,
+        ``("<think>", "</think>")`` (default) or ``"<open>,<close>"``: the text up to the
+        closing tag becomes the answer's trace (:mod:`confide.core.reasoning`); None or
+        ``"none"``: answers are read whole. A trace a log keeps in a field of its own
+        (``reasoning_content``, ``reasoning``, ``thinking``) is read either way.
 
     Returns
     -------
@@ -184,16 +192,20 @@ def read_generations(path: str | Path, format: str = "auto", *, answer: str = "f
                                 field="greedy_file")
     if label_field is not None and (not isinstance(label_field, str) or not label_field):
         raise InvalidInputError("must be a field name", field="label_field")
+    tags = reasoning_tags_of(reasoning_tags)
     fmt = detect_format(p) if format == "auto" else FORMATS[format].name
-    records = _records(p, fmt, bad, label_field=label_field, entropy_bounds=entropy_bounds)
+    records = _records(p, fmt, bad, label_field=label_field, entropy_bounds=entropy_bounds,
+                       reasoning_tags=tags)
     if greedy_file is not None:
         records = _with_greedy_file(records, p, fmt, Path(greedy_file), bad,
-                                    label_field=label_field, entropy_bounds=entropy_bounds)
+                                    label_field=label_field, entropy_bounds=entropy_bounds,
+                                    reasoning_tags=tags)
     return ImportedStream(p, fmt, records, bad)
 
 
 def parse_value(obj: Any, line: int, path: Path, fmt: str, *, label_field: str | None = None,
-                entropy_bounds: bool = True) -> Imported:
+                entropy_bounds: bool = True, reasoning_tags: Tags | None = DEFAULT_TAGS
+                ) -> Imported:
     """One record (a decoded JSON value, or the :class:`BadField` of one that could not be
     decoded) at ``line`` of ``path`` in format ``fmt``, as :class:`Imported`.
 
@@ -209,7 +221,7 @@ def parse_value(obj: Any, line: int, path: Path, fmt: str, *, label_field: str |
         raise InvalidInputError(f"expected a JSON object, got {type(obj).__name__}",
                                 file=source, line=line, field="record")
     ctx = Context(source=source, stem=log_stem(path), line=line, label_field=label_field,
-                  entropy_bounds=entropy_bounds)
+                  entropy_bounds=entropy_bounds, reasoning_tags=reasoning_tags)
     try:
         return FORMATS[fmt].parse(obj, ctx)
     except BadField as exc:
@@ -226,12 +238,12 @@ def duplicate_id(item_id: str, line: int, path: Path) -> InvalidInputError:
 
 
 def _records(path: Path, fmt: str, bad: BadRecords, *, label_field: str | None,
-             entropy_bounds: bool) -> Iterator[Imported]:
+             entropy_bounds: bool, reasoning_tags: Tags | None) -> Iterator[Imported]:
     seen: set[str] = set()
     for line, obj in iter_json_records(path, str(path)):
         try:
             record = parse_value(obj, line, path, fmt, label_field=label_field,
-                                 entropy_bounds=entropy_bounds)
+                                 entropy_bounds=entropy_bounds, reasoning_tags=reasoning_tags)
         except InvalidInputError as exc:
             bad.bad(exc)
             continue
@@ -243,13 +255,14 @@ def _records(path: Path, fmt: str, bad: BadRecords, *, label_field: str | None,
 
 
 def _with_greedy_file(records: Iterator[Imported], path: Path, fmt: str, greedy_path: Path,
-                      bad: BadRecords, *, label_field: str | None, entropy_bounds: bool
-                      ) -> Iterator[Imported]:
+                      bad: BadRecords, *, label_field: str | None, entropy_bounds: bool,
+                      reasoning_tags: Tags | None) -> Iterator[Imported]:
     """Each record's choices become samples; its answer comes from the greedy file."""
     gp = _check_path(greedy_path)
     greedy_fmt = detect_format(gp)
     answers = {r.item.id: r for r in _records(gp, greedy_fmt, bad, label_field=label_field,
-                                              entropy_bounds=entropy_bounds)}
+                                              entropy_bounds=entropy_bounds,
+                                              reasoning_tags=reasoning_tags)}
     for record in records:
         found = answers.get(record.item.id)
         if found is None:

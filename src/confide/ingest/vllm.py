@@ -37,6 +37,13 @@ must be ``0 .. n-1``, each once; a step's entries (distinct token ids) may not s
 above probability 1, and the decoded tokens must spell the text
 (:mod:`confide.ingest.common`, "Untrusted input").
 
+Reasoning: the ``<think>…</think>`` block of an output's ``text`` (a DeepSeek-R1-style
+text holds only the closing tag: its opening one was in the prompt) becomes the
+answer's trace, the text after it the answer, each with its own tokens
+(:mod:`confide.core.reasoning`; tags set by ``reasoning_tags``); an output that keeps the
+reasoning apart, in ``reasoning_content`` or ``reasoning``, gives the trace from it (its
+tokens then cover the trace and the answer, or the answer alone).
+
 Detected (``format="auto"``) by an ``outputs`` list of objects with ``text`` or
 ``token_ids``.
 
@@ -69,6 +76,7 @@ from confide.ingest.common import (
     Imported,
     LogFormat,
     Step,
+    answer_with_trace,
     build_generation,
     capabilities_of,
     check_logprob,
@@ -80,6 +88,7 @@ from confide.ingest.common import (
     item_id,
     label_from,
     need_list,
+    reasoning_field,
     references_from,
     text_prompt,
 )
@@ -174,12 +183,14 @@ def _output(out: Any, where: str, ctx: Context) -> tuple[Generation, dict[str, s
             step, has_text = _step(steps_raw[t], ids[t], f"{where}.logprobs[{t}]")
             steps.append(step)
             known = known and has_text
-    if steps and known:
+    reasoning = reasoning_field(out, ("reasoning_content", "reasoning"), f"{where}.")
+    if steps and known and reasoning is None:  # with a trace, answer_with_trace checks them
         check_spelling([s.token for s in steps], text, f"{where}.logprobs")
     gen, notes = build_generation(text, steps, finish_reason="length" if finish == "length"
-                                  else "stop", cut=known, bounds=ctx.entropy_bounds,
-                                  token_ids=ids[:n], tokens_known=known)
-    return gen, notes
+                                  else "stop", cut=known and reasoning is None,
+                                  bounds=ctx.entropy_bounds, token_ids=ids[:n],
+                                  tokens_known=known)
+    return answer_with_trace(gen, reasoning, ctx, f"{where}.logprobs"), notes
 
 
 def parse(obj: dict[str, Any], ctx: Context) -> Imported:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from confide.backends.base import Backend, GenerationResult, GenerationSpec
 from confide.core.errors import BackendError, InvalidInputError
+from confide.core.reasoning import missing_answer_reason
 from confide.core.records import Item, Record
 from confide.equivalence.clustering import Judge
 from confide.grading import GRADERS, grade
@@ -49,8 +50,14 @@ def check_question(item: Item) -> None:
 
 
 def grade_record(record: Record, grader: str, backend: Backend | None = None) -> None:
-    """Fill ``record.grades[grader]``; items without references are scored, not graded."""
-    if record.item.references:
+    """Fill ``record.grades[grader]``; items without references are scored, not graded.
+
+    A reasoning reply with no final answer (its trace cut by the token budget) is not
+    graded wrong: it is left ungraded, the reason in ``record.grade_errors[grader]``."""
+    missing = missing_answer_reason(record.greedy)
+    if record.item.references and missing is not None:
+        record.grade_errors[grader] = missing
+    elif record.item.references:
         options = {"backend": backend} if GRADERS[grader].needs_backend else {}
         record.grades[grader] = grade(record.greedy.text, record.item, grader, **options)
 

@@ -21,8 +21,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from confide.core.needs import FULL_DISTRIBUTION, MODEL_PASSES, TOKEN_STATISTICS, Need
-from confide.core.records import Record
+from confide.core.needs import (
+    FULL_DISTRIBUTION,
+    MEMBER_STATISTICS,
+    MODEL_PASSES,
+    TOKEN_STATISTICS,
+    Need,
+)
+from confide.core.records import Generation, Record
 from confide.scorers import ScorerSpec, ScoringContext, run_scorer, scorer_at
 
 __all__ = ["IMPORTABLE", "Capabilities", "ScorerPlan", "plan_scorers", "record_capabilities",
@@ -30,9 +36,10 @@ __all__ = ["IMPORTABLE", "Capabilities", "ScorerPlan", "plan_scorers", "record_c
 
 #: What an imported record can hold: a log has no model behind it and at most the top-k.
 IMPORTABLE = frozenset({Need.TOKEN_LOGPROBS, Need.TOP_LOGPROBS, Need.TOKEN_ENTROPIES,
-                        Need.SAMPLES, Need.CHOICE_LOGLIKELIHOODS})
+                        Need.SAMPLES, Need.CHOICE_LOGLIKELIHOODS, Need.TRACE})
 #: Needs a record carries itself, so each record is checked for them.
-_HELD = frozenset({*TOKEN_STATISTICS, Need.SAMPLES, Need.CHOICE_LOGLIKELIHOODS})
+_HELD = frozenset({*TOKEN_STATISTICS, *MEMBER_STATISTICS, Need.SAMPLES,
+                   Need.CHOICE_LOGLIKELIHOODS, Need.TRACE})
 
 #: ``(what the greedy answer holds, what the greedy answer and every sample hold)``.
 Capabilities = tuple[frozenset[Need], frozenset[Need]]
@@ -99,12 +106,38 @@ def record_capabilities(record: Record, live: Iterable[Need] = ()) -> Capabiliti
     greedy = {s for s in TOKEN_STATISTICS if getattr(record.greedy, s.value) is not None}
     every = {s for s in TOKEN_STATISTICS
              if all(getattr(g, s.value) is not None for g in answers)}
+    greedy |= _member_statistics(record.greedy)
+    every |= frozenset.intersection(*(_member_statistics(g) for g in answers))
+    if record.greedy.trace is not None:  # a reasoning reply: its trace is a span of its own
+        greedy.add(Need.TRACE)
+        if all(g.trace is not None for g in answers):
+            every.add(Need.TRACE)
     extra = {n for n in live if n not in _HELD}
     if record.samples:
         extra.add(Need.SAMPLES)
     if "choice_loglikelihoods" in record.item.metadata:
         extra.add(Need.CHOICE_LOGLIKELIHOODS)
     return frozenset(greedy | extra), frozenset(every | extra)
+
+
+def _member_statistics(gen: Generation) -> frozenset[Need]:
+    """What ``gen``'s ensemble member statistics hold: ``member_logprobs`` when it has
+    any, ``member_entropies`` when the three statistics of whole distributions are there."""
+    stats = gen.members
+    if stats is None:
+        return frozenset()
+    whole = (stats.entropies, stats.mean_entropy, stats.mean_cross_entropy)
+    if any(s is None for s in whole):
+        return frozenset({Need.MEMBER_LOGPROBS})
+    return MEMBER_STATISTICS
+
+
+def _from_samples(spec: ScorerSpec) -> frozenset[Need]:
+    """The statistics ``spec`` reads from every sample: its sample statistics, and the
+    member statistics of a scorer that needs samples (an ensemble's Monte Carlo over them)."""
+    if Need.SAMPLES not in spec.needs:
+        return spec.sample_statistics
+    return spec.sample_statistics | (spec.needs & MEMBER_STATISTICS)
 
 
 class ScorerPlan:
@@ -115,7 +148,9 @@ class ScorerPlan:
     (:attr:`ScorerSpec.sample_statistics <confide.scorers.ScorerSpec.sample_statistics>`)
     must be held by every answer, any other need by the greedy answer. So ``cocoa``, which
     weighs the greedy answer's log-probabilities by its agreement with the samples' texts,
-    runs on samples that are plain text.
+    runs on samples that are plain text. Ensemble member statistics
+    (:data:`~confide.core.needs.MEMBER_STATISTICS`) are read from every answer by a scorer
+    that needs samples (``ens_seq_*``), from the greedy answer otherwise (``ens_*``).
     """
 
     def __init__(self, specs: Sequence[ScorerSpec], *, imported: bool = False) -> None:
@@ -136,7 +171,7 @@ class ScorerPlan:
             for spec in self.specs:
                 absent = sorted(n.value for n in spec.needs
                                 if n not in greedy and n is not Need.TRAINING)
-                unsampled = sorted(n.value for n in spec.sample_statistics
+                unsampled = sorted(n.value for n in _from_samples(spec)
                                    if n in greedy and n not in every)
                 why = [f"this record has no {', '.join(absent)}"] if absent else []
                 if unsampled:

@@ -72,8 +72,8 @@ from confide.core.options import check_option
 from confide.core.records import Item, Record
 from confide.pipeline.answering import Pipeline
 
-__all__ = ["AnswerStream", "EarlyAbstention", "StreamEnd", "TokenUpdate", "running_confidence",
-           "safe_text", "stream_answer"]
+__all__ = ["AnswerStream", "EarlyAbstention", "StreamEnd", "TokenUpdate", "TraceStop",
+           "running_confidence", "safe_text", "stream_answer"]
 
 
 def running_confidence(sum_logprob: float, n_tokens: int) -> float | None:
@@ -120,6 +120,87 @@ class EarlyAbstention:
 
     def to_dict(self) -> dict[str, Any]:
         return {"below": self.below, "after": self.after}
+
+
+class TraceStop:
+    r"""DeepConf-online's live stop: end a sampled trace once its group confidence falls
+    below a threshold (Fu et al., 2025, §3.2), a :data:`~confide.backends.base.TokenCallback`.
+
+    Per sampled row it keeps the token confidences of the trace,
+    :math:`C_i = -\frac1k\sum_j \log P_i(j)`
+    (:func:`confide.scorers.reasoning.token_confidences` of the event's top-k), and from
+    the ``window``-th trace token on ends the row at the first token :math:`t` where
+
+    .. math:: C_{G_t} = \frac1n \sum_{i=t-n+1}^{t} C_i < s
+
+    (:math:`n` = ``window``, :math:`s` = ``threshold``); at the token that closes the trace
+    (its text holds the closing tag) a trace shorter than :math:`n` is judged once on all
+    its tokens. After the closing tag the row is the final answer and is never stopped;
+    the greedy row (``event.sample is None``) is never stopped. So a trace with a final
+    answer is stopped exactly when its lowest group confidence
+    (:func:`confide.scorers.reasoning.trace_confidence`, ``lowest_group``) is below
+    :math:`s`, at the stop point :func:`confide.decisions.deepconf.stop_point` finds on its
+    full statistics. A row whose top-k are missing, fewer than two or not finite is not
+    judged. ``stopped`` maps ``(prompt, sample)`` to the trace tokens generated at the stop.
+
+    Cost per token: one ``k``-vector mean and a running window sum; the closing tag is
+    looked for in the row's text the loop already decodes for every event.
+
+    >>> stop = TraceStop(1.0, window=2)
+    >>> ev = lambda lp: TokenEvent(0, 0, "x", "x", lp[0], None, (("a", lp[0]), ("b", lp[1])))
+    >>> [stop(ev(lp)) for lp in ([-0.1, -2.9], [-0.6, -0.8], [-0.6, -0.8])]
+    [None, None, 'deepconf: group confidence 0.700 < 1 at trace token 3']
+    >>> stop.stopped
+    {(0, 0): 3}
+    """
+
+    def __init__(self, threshold: float, *, window: int = 2048,
+                 tags: tuple[str, str] = ("<think>", "</think>")) -> None:
+        if not math.isfinite(threshold):
+            raise InvalidInputError(f"must be a finite number, got {threshold!r}",
+                                    field="threshold")
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise InvalidInputError(f"must be a positive integer, got {window!r}",
+                                    field="window")
+        self.threshold, self.window, self.closing = float(threshold), window, tags[1]
+        self._rows: dict[tuple[int, int], _TraceWindow] = {}
+        self.stopped: dict[tuple[int, int], int] = {}
+
+    def __call__(self, event: TokenEvent) -> str | None:
+        from confide.core.errors import CannotScore
+        from confide.scorers.reasoning import token_confidences
+
+        if event.sample is None:
+            return None
+        key = (event.prompt, event.sample)
+        row = self._rows.setdefault(key, _TraceWindow())
+        if row.done:
+            return None
+        try:
+            c = float(token_confidences([[v for _, v in event.top]])[0])
+        except CannotScore:
+            row.done = True  # no usable top-k: this trace cannot be judged
+            return None
+        row.values.append(c)
+        row.total += c
+        if len(row.values) > self.window:
+            row.total -= row.values[len(row.values) - self.window - 1]
+        n = min(self.window, len(row.values))
+        closed = self.closing in event.text
+        if closed:
+            row.done = True  # the final answer follows: never stopped
+        if (n == self.window or closed) and row.total / n < self.threshold:
+            self.stopped[key] = len(row.values)
+            return (f"deepconf: group confidence {row.total / n:.3f} < {self.threshold:g} "
+                    f"at trace token {len(row.values)}")
+        return None
+
+
+@dataclass
+class _TraceWindow:
+    values: list[float] = field(default_factory=list)
+    total: float = 0.0
+    done: bool = False
 
 
 @dataclass(frozen=True)
@@ -185,11 +266,14 @@ class AnswerStream:
         further samples are generated for the scorers but not streamed.
     stop : the request's stop sequences (text after one is never sent).
     early : the early-abstention policy, or None.
+    trace_stop : DeepConf-online's stop of sampled traces (:class:`TraceStop`), or None.
     """
 
     def __init__(self, sink: Callable[[TokenUpdate], None], *, n_choices: int = 1,
-                 stop: tuple[str, ...] = (), early: EarlyAbstention | None = None) -> None:
+                 stop: tuple[str, ...] = (), early: EarlyAbstention | None = None,
+                 trace_stop: TraceStop | None = None) -> None:
         self.sink, self.n_choices, self.stop, self.early = sink, n_choices, stop, early
+        self.trace_stop = trace_stop
         self.choices = [_Choice() for _ in range(n_choices)]
         self.abstained: str | None = None
         self.tokens = 0  # every row's tokens reported so far (greedy and samples)
@@ -236,6 +320,8 @@ class AnswerStream:
             self.sink(update)
             if index == 0:
                 self.choices[0].sent = self.choices[0].emitted
+        if event.sample is not None and self.trace_stop is not None:
+            return self.trace_stop(event)  # the stopping token was generated: sent above
         return None
 
     def _release(self) -> list[TokenUpdate]:
@@ -277,19 +363,21 @@ class AnswerStream:
 
 
 def stream_answer(pipeline: Pipeline, item: Item, prompt: Prompt, spec: GenerationSpec,
-                  seed: int, *, n_choices: int = 1, early: EarlyAbstention | None = None
-                  ) -> Iterator[TokenUpdate | StreamEnd]:
+                  seed: int, *, n_choices: int = 1, early: EarlyAbstention | None = None,
+                  trace_stop: TraceStop | None = None) -> Iterator[TokenUpdate | StreamEnd]:
     """Generate one answer, yielding a :class:`TokenUpdate` per token, then a :class:`StreamEnd`
     with the record scored by ``pipeline`` (the same scoring as a reply that is not streamed).
 
     Generation runs on a background thread; closing the iterator early (``break``,
-    garbage collection) cancels it at the next token.
+    garbage collection) cancels it at the next token. ``trace_stop`` ends sampled traces
+    whose group confidence falls below its threshold (DeepConf-online).
     """
     backend: Backend = pipeline.backend
     if not (isinstance(backend, Streams) and backend.streaming):
         raise InvalidInputError(f"the {backend.name} backend cannot stream", field="backend")
     events: queue.Queue[Any] = queue.Queue()
-    answer = AnswerStream(events.put, n_choices=n_choices, stop=spec.stop, early=early)
+    answer = AnswerStream(events.put, n_choices=n_choices, stop=spec.stop, early=early,
+                          trace_stop=trace_stop)
     done = object()
 
     def work() -> None:

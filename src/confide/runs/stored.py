@@ -14,6 +14,7 @@ import json
 import re
 import shlex
 import tempfile
+from collections import Counter
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
@@ -120,6 +121,11 @@ class Run:
             notes.append(f"{equal} item(s) ask the question of a few-shot exemplar: each stays "
                          "in the run, and that exemplar is left out of its own prompt (the "
                          "next exemplar takes its place, or the item has one shot fewer)")
+        ungraded = [r.grade_errors[self.grader] for r in self.records
+                    if self.grader in r.grade_errors]
+        for why, count in sorted(Counter(ungraded).items()):  # not counted wrong
+            notes.append(f"{count} record(s) left ungraded by {self.grader}, not counted "
+                         f"wrong: {why}")
         notes.extend(self.execution_notes)
         notes.extend(self.session_notes)
         if self.hidden_states_note:

@@ -20,9 +20,11 @@ from confide.scorers import (  # noqa: F401  (importing a family registers its s
     asking,
     claims,
     consistency,
+    ensemble,
     fitted,
     forward,
     information,
+    reasoning,
     reflexive,
     relevance,
     sampling,
@@ -47,11 +49,12 @@ __all__ = ["FAMILIES", "LEVELS", "PLUGIN_GROUP", "SCORERS", "Cost", "Level", "Ne
            "ScoringContext", "run_scorer", "scorer", "scorer_at", "scorers_at"]
 
 # Scorer families (their modules) in listing order: one generation's token statistics,
-# then one more pass over that answer, then sampled answers, then extra questions to a
-# model, then models fitted on a graded run; last the claim-level scorers.
-FAMILIES = ("whitebox", "information", "forward", "sampling", "semantic", "relevance",
-            "consistency",
-            "reflexive", "asking", "fitted", "claims")
+# then one more pass over that answer, then sampled answers, then an ensemble's members,
+# then extra questions to a model, then models fitted on a graded run; last the claim-level
+# scorers.
+FAMILIES = ("whitebox", "information", "reasoning", "forward", "sampling", "semantic",
+            "relevance", "consistency",
+            "ensemble", "reflexive", "asking", "fitted", "claims")
 
 #: The entry-point group of scorer plugins (``[project.entry-points."confide.scorers"]``).
 PLUGIN_GROUP = "confide.scorers"

@@ -19,7 +19,8 @@ import numpy as np
 from confide.backends.base import Backend, GenerationSpec, Prompt, item_seed
 from confide.backends.binary import two_way_probability
 from confide.core.errors import CannotScore
-from confide.core.records import Item, Record
+from confide.core.reasoning import DEFAULT_TAGS, Tags, split_reasoning
+from confide.core.records import Generation, Item, Record
 from confide.scorers.base import Cost, Need, ScoringContext, as_is, scorer
 from confide.scorers.features import affinity, require_samples
 from confide.scorers.reflexive import (
@@ -30,8 +31,8 @@ from confide.scorers.reflexive import (
 )
 
 __all__ = ["BSDETECTOR_ALPHA", "BSDETECTOR_BETA", "CATEGORICAL_SCORES", "JUDGE_MAX_NEW_TOKENS",
-           "P_TRUE_EMPIRICAL_SAMPLES", "TEMPLATES", "judge_prompt", "p_true_sampling_prompt",
-           "parse_categorical"]
+           "P_TRUE_EMPIRICAL_SAMPLES", "R_THINKING", "TEMPLATES", "after_thinking",
+           "answer_step", "judge_prompt", "p_true_sampling_prompt", "parse_categorical"]
 
 BSDETECTOR_ALPHA = 0.8   # Chen & Mueller (2024): weight of semantic vs exact agreement
 BSDETECTOR_BETA = 0.7    # Chen & Mueller (2024): weight of observed consistency vs reflection
@@ -54,6 +55,48 @@ _CONTINUOUS = ("How likely is the above answer to be correct? Give your confiden
                "is correct, and 0 being certain the answer is incorrect. ONLY RETURN YOUR "
                "NUMERICAL SCORE WITH NO SURROUNDING TEXT OR EXPLANATION.")
 TEMPLATES = {"categorical": _CATEGORICAL, "continuous": _CONTINUOUS}
+
+
+# A thinking model opens its reply to any question, ours included, with a thinking block.
+R_THINKING = ("the reply is an unfinished thinking block (a thinking model ran out of "
+              "tokens before answering)")
+
+
+def after_thinking(reply: str, tags: Tags = DEFAULT_TAGS) -> str:
+    r"""The reply after its thinking block (:func:`~confide.core.reasoning.split_reasoning`);
+    the reply itself when it has none.
+
+    Raises :class:`CannotScore` when the block never closes: the model never answered,
+    and its thinking must not be read as the answer ("So…", "Okay…").
+
+    >>> after_thinking("<think>Paris? Yes.</think>\n\nTrue"), after_thinking("True")
+    ('True', 'True')
+    """
+    gen = split_reasoning(Generation(reply), tags)
+    if gen.trace is None:
+        return reply
+    if gen.empty:
+        raise CannotScore(R_THINKING)
+    return gen.text
+
+
+def answer_step(tokens: list[str], tags: Tags = DEFAULT_TAGS) -> int:
+    r"""Index of a reply's first answer token: 0, or the first token after its thinking
+    block that is not white space (the token a first-token reader must read).
+
+    Raises :class:`CannotScore` when the block never closes, or nothing follows it.
+
+    >>> answer_step(["<think>", "hm", "</think>", "\n\n", "True"]), answer_step(["True"])
+    (4, 0)
+    """
+    gen = split_reasoning(Generation("".join(tokens), tokens=list(tokens)), tags)
+    if gen.trace is None:
+        return 0
+    start = len(tokens) - len(gen.tokens)
+    rest = [i for i in range(start, len(tokens)) if tokens[i].strip()]
+    if gen.empty or not rest:
+        raise CannotScore(R_THINKING)
+    return rest[0]
 
 
 def judge_prompt(item: Item, answer: str, template: str, *, chat: bool) -> Prompt:
@@ -107,7 +150,7 @@ def _judge_reply(backend: Backend, record: Record, ctx: ScoringContext, template
     result = backend.generate([prompt], spec, [_seed(record, ctx)])[0]
     if result.greedy is None:
         raise CannotScore(f"judge: generation failed: {result.error or 'no answer'}")
-    reply = str(result.greedy.text)
+    reply = after_thinking(str(result.greedy.text))
     if template == "categorical":
         return parse_categorical(reply)
     return parse_confidence(reply)
@@ -265,7 +308,15 @@ def p_true_empirical(record: Record, ctx: ScoringContext) -> float:
     replies = [s.text for s in result.samples]
     if not replies:
         raise CannotScore(f"p_true_empirical: sampling failed: {result.error or 'no replies'}")
-    return float(np.mean([r.strip().lower().startswith("true") for r in replies]))
+    read = []
+    for reply in replies:  # a thinking block is not a reply: read after it, never as False
+        try:
+            read.append(after_thinking(reply))
+        except CannotScore:
+            continue
+    if not read:
+        raise CannotScore(f"p_true_empirical: {R_THINKING}")
+    return float(np.mean([r.strip().lower().startswith("true") for r in read]))
 
 
 # ---------------------------------------------------------------------------

@@ -63,8 +63,8 @@ from confide.core.records import Claim, Record
 from confide.core.registry import Registry
 from confide.scorers.context import ScoringContext
 
-__all__ = ["EMPTY_ANSWER", "EMPTY_CLAIM", "LEVELS", "SCORERS", "Cost", "Level", "Need",
-           "Readable", "ScorerSpec", "ScoringContext", "as_is", "exp_of", "inverse_count",
+__all__ = ["EMPTY_ANSWER", "EMPTY_CLAIM", "LEVELS", "SCORERS", "SPANS", "Cost", "Level", "Need",
+           "Readable", "ScorerSpec", "Span", "ScoringContext", "as_is", "exp_of", "inverse_count",
            "no_readable", "one_plus", "run_scorer", "scorer", "scorer_at", "scorers_at"]
 
 
@@ -79,6 +79,10 @@ class Cost(str, Enum):
 
 Level = Literal["answer", "claim"]
 LEVELS: tuple[Level, ...] = ("answer", "claim")
+# Which span of a reasoning reply a scorer reads (confide.core.reasoning): the final
+# answer (the record's generations themselves), the trace (``Generation.trace``), or both.
+Span = Literal["answer", "trace", "both"]
+SPANS: tuple[Span, ...] = ("answer", "trace", "both")
 # Where a scorer of each level is named, said in the error for a scorer of the wrong one.
 _WHERE = {"answer": "the run's scorers (confide run --scorers, RunConfig.scorers, the "
                     "server's scorers)",
@@ -178,6 +182,9 @@ class ScorerSpec:
     ``readable``: the natural [0, 1] form of its values, or why none exists
     (:class:`Readable`); None: not declared (a plugin that does not say). A scorer with
     ``probability`` is its own readable form unless it declares another.
+    ``span``: which span of a reasoning reply it reads: ``"answer"`` (default: the final
+    answer, what ``Generation.text`` and its token statistics are), ``"trace"`` (the
+    reasoning, ``Generation.trace``) or ``"both"`` (:mod:`confide.core.reasoning`).
     """
 
     name: str
@@ -191,6 +198,7 @@ class ScorerSpec:
     probability: bool = False
     sample_needs: frozenset[Need] | None = None
     readable: Readable | None = None
+    span: Span = "answer"
 
     @property
     def sample_statistics(self) -> frozenset[Need]:
@@ -216,8 +224,8 @@ F = TypeVar("F", bound=Callable[..., object])  # a decorated scorer keeps its ty
 
 def scorer(name: str, *, level: Level = "answer", needs: Iterable[Need] = (),
            cost: Cost = Cost.FREE, n_samples: int = 0, probability: bool = False,
-           sample_needs: Iterable[Need] | None = None, readable: Readable | None = None
-           ) -> Callable[[F], F]:
+           sample_needs: Iterable[Need] | None = None, readable: Readable | None = None,
+           span: Span = "answer") -> Callable[[F], F]:
     """Register ``fn`` as scorer ``name`` of ``level``.
 
     An answer-level ``fn`` is ``fn(record)`` or ``fn(record, ctx)``; a
@@ -225,12 +233,15 @@ def scorer(name: str, *, level: Level = "answer", needs: Iterable[Need] = (),
     statistics among ``needs`` it reads from the samples (default: all of them, when it
     needs samples; see :class:`ScorerSpec`). ``readable``: the natural [0, 1] form of
     its values or why none exists (:func:`exp_of`, :func:`as_is`, :func:`no_readable`,
-    ...; a ``probability`` scorer defaults to :func:`as_is`). A duplicate name raises
-    ``ValueError``, as does an unknown level, a claim scorer of another shape or a
+    ...; a ``probability`` scorer defaults to :func:`as_is`). ``span``: the span of a
+    reasoning reply it reads (:class:`ScorerSpec`). A duplicate name raises
+    ``ValueError``, as does an unknown level or span, a claim scorer of another shape or a
     ``sample_needs`` that is not token statistics the scorer needs.
     """
     if level not in LEVELS:
         raise ValueError(f"scorer {name!r}: level must be one of {LEVELS}, not {level!r}")
+    if span not in SPANS:
+        raise ValueError(f"scorer {name!r}: span must be one of {SPANS}, not {span!r}")
     needs = frozenset(needs)
     if readable is not None and not isinstance(readable, Readable):
         raise ValueError(f"scorer {name!r}: readable must be a Readable (as_is, exp_of, "
@@ -251,7 +262,8 @@ def scorer(name: str, *, level: Level = "answer", needs: Iterable[Need] = (),
                                      n_samples=n_samples, takes_context=n_params >= 2,
                                      summary=doc.splitlines()[0] if doc else "",
                                      level=level, probability=probability,
-                                     sample_needs=from_samples, readable=readable))
+                                     sample_needs=from_samples, readable=readable,
+                                     span=span))
         return fn
 
     return decorate

@@ -38,7 +38,6 @@ Language Models via Token-Level Uncertainty Quantification", ACL Findings
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -47,6 +46,7 @@ from confide.backends.base import Backend, GenerationSpec, HasChatTemplate
 from confide.core.errors import InvalidInputError
 from confide.core.options import CHOICES, check_choice
 from confide.core.records import Claim, Generation
+from confide.core.spans import token_spans
 from confide.text import answer_tokens, token_f1
 
 __all__ = ["SPLITTERS", "claim_prompt", "model_claims", "sentence_spans", "split_claims",
@@ -119,43 +119,6 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
         if b > a:
             spans.append((a, b))
         start = cut
-    return spans
-
-
-def token_spans(text: str, pieces: Sequence[str]) -> list[tuple[int, int]]:
-    """Character span ``[start, end)`` in ``text`` of each token piece.
-
-    The joined pieces are aligned to ``text``; characters that match map
-    exactly, and a stretch that differs (white space trimmed off ``text``, a
-    character split over tokens that each decode as U+FFFD) maps to the
-    corresponding stretch of ``text``: a token starting inside it starts where
-    it starts, a token ending inside it ends where it ends. So the tokens of a
-    split character all cover that character.
-
-    >>> token_spans("café au lait", ["ca", "f\\ufffd", "\\ufffd", " au", " lait"])
-    [(0, 2), (2, 4), (3, 4), (4, 7), (7, 12)]
-    """
-    joined = "".join(pieces)
-    matcher = difflib.SequenceMatcher(None, joined, text, autojunk=False)
-    # position in joined -> position in text, for a token start (low) and end (high)
-    low = [0] * (len(joined) + 1)
-    high = [0] * (len(joined) + 1)
-    opcodes = matcher.get_opcodes()
-    for tag, i1, i2, j1, _ in opcodes:
-        if tag == "equal":
-            for k in range(i1, i2 + 1):
-                low[k] = high[k] = j1 + (k - i1)
-    for tag, i1, i2, j1, j2 in opcodes:
-        if tag != "equal":  # a differing stretch: starts map to its start, ends to its end
-            for k in range(i1 + 1, i2):
-                low[k], high[k] = j1, j2
-            low[i1], high[i1] = (j2, j1) if i1 == i2 else (j1, j1)
-            low[i2], high[i2] = (j2, j2) if i2 > i1 else (j2, j1)
-    spans, pos = [], 0
-    for piece in pieces:
-        a, b = pos, pos + len(piece)
-        spans.append((low[a], max(low[a], high[b])))
-        pos = b
     return spans
 
 

@@ -17,6 +17,11 @@
     ``confide score`` re-imports it (``--label-field grades.human`` reads a label
     added as ``human``).
 
+A reasoning reply's trace (:mod:`confide.core.reasoning`) is written as vLLM's reasoning
+parsers write it: its text as ``message.reasoning_content``, its tokens first in
+``logprobs.content`` and the answer's after them; the reader splits them again, so both
+spans come back with their statistics.
+
 The round trip keeps what the OpenAI format can carry: answer texts, tokens, the
 chosen tokens' log-probabilities and the top-k alternatives, bit for bit (float32
 values written as the shortest decimal that reads back to the same double), so
@@ -219,14 +224,29 @@ def _choice(index: int, gen: Generation) -> dict[str, Any]:
     choice: dict[str, Any] = {"index": index,
                               "message": {"role": "assistant", "content": content},
                               "logprobs": None, "finish_reason": gen.finish_reason}
-    lps, names, values = gen.token_logprobs, gen.top_tokens, gen.top_logprobs
-    if lps is not None and len(lps) == len(gen.tokens):
-        with_top = names is not None and values is not None and len(names) == len(gen.tokens)
-        content_lp = []
-        for t, token in enumerate(gen.tokens):
-            entry = _entry(token, lps[t])
-            alternatives = zip(names[t], values[t], strict=True) if with_top else ()  # type: ignore[index]
-            entry["top_logprobs"] = [_entry(alt, v) for alt, v in alternatives]
-            content_lp.append(entry)
-        choice["logprobs"] = {"content": content_lp}
+    entries = _entries(gen)
+    if gen.trace is not None:  # vLLM's shape: the trace apart, its tokens listed first
+        choice["message"]["reasoning_content"] = gen.trace.text
+        before = _entries(gen.trace)
+        if before is not None and gen.trace.tokens and entries is not None:
+            entries = before + entries
+        elif gen.trace.tokens:
+            entries = None  # half the reply's tokens would read as the answer's
+    if entries is not None:
+        choice["logprobs"] = {"content": entries}
     return choice
+
+
+def _entries(gen: Generation) -> list[dict[str, Any]] | None:
+    """``logprobs.content`` of ``gen``'s tokens, or None without log-probabilities."""
+    lps, names, values = gen.token_logprobs, gen.top_tokens, gen.top_logprobs
+    if lps is None or len(lps) != len(gen.tokens):
+        return None
+    with_top = names is not None and values is not None and len(names) == len(gen.tokens)
+    content_lp = []
+    for t, token in enumerate(gen.tokens):
+        entry = _entry(token, lps[t])
+        alternatives = zip(names[t], values[t], strict=True) if with_top else ()  # type: ignore[index]
+        entry["top_logprobs"] = [_entry(alt, v) for alt, v in alternatives]
+        content_lp.append(entry)
+    return content_lp

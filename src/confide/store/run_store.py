@@ -36,7 +36,12 @@ __all__ = ["FORMAT_VERSION", "HIDDEN_STATES_FIXED", "RunStore", "StoreBusy", "re
 #: The version of what a run stores, written when a run is created (runs made before
 #: versions were written read as 1). 2: a pooled hidden state is the answer token's own
 #: (before, each came from the token before it: ``:last`` of a one-token answer was the
-#: prompt's last state).
+#: prompt's last state). Not raised for a reasoning reply's trace (``Generation.trace``)
+#: nor a record's ``grade_errors``: both are added keys, written only where present, so
+#: every record without them is stored byte for byte as before and every stored run
+#: reads as it did; a reader older than them ignores the keys (it reads the final answer
+#: as the answer, and a missing final answer as an ungraded empty one). No value
+#: changes meaning, so no reader has anything to convert.
 FORMAT_VERSION = 2
 HIDDEN_STATES_FIXED = 2
 # The grade under which a file's own correctness labels are stored (imports, `export`).
@@ -527,8 +532,13 @@ def record_row(record: Record) -> dict[str, Any]:
         "finish_reason": record.greedy.finish_reason,
         "seconds": record.seconds,
     }
+    if record.greedy.trace is not None:  # a reasoning reply: the answer above, its trace here
+        row["reasoning"] = record.greedy.trace.text
+        row["reasoning_tokens"] = record.greedy.trace.n_tokens
     for name, value in record.grades.items():
         row[f"grade.{name}"] = value
+    for name, reason in record.grade_errors.items():
+        row[f"ungraded.{name}"] = reason
     for name, value in record.scores.items():
         row[f"score.{name}"] = json_safe(value)
     for name, reason in record.score_errors.items():
