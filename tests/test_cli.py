@@ -51,15 +51,16 @@ def test_cli_scorers_groups_by_family_then_cost():
     assert row["ccp"] > row["boostedprob"]  # within a family, free before features
 
 
-def test_readme_lists_every_registered_scorer_once():
+def test_the_readmes_links_lead_to_files_of_the_repository():
+    # the README is short and points into docs/ and benchmarks/: every relative link lands
+    import re
     from pathlib import Path
 
-    from confide.scorers import SCORERS
-
-    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Scorers", 1)[1].split("\n## ", 1)[0]
-    listed = [line.split("`")[1] for line in section.splitlines() if line.startswith("- `")]
-    assert sorted(listed) == sorted(SCORERS)
+    root = Path(__file__).parents[1]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    links = [t for t in re.findall(r"\]\(([^)#]+)\)", readme) if "://" not in t]
+    assert len(links) > 10
+    assert [t for t in links if not (root / t).exists()] == []
 
 
 def test_cli_unknown_scorer_is_a_clean_error(tmp_path):
