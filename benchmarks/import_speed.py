@@ -15,9 +15,11 @@ about 10 kB a record at 20 tokens and top-5), then, in one process:
    records at one record per transaction and at ``--batch-size``;
 4. the first ``--api-records`` records through :func:`confide.score_answers` from Python
    (question, answer, ``logprobs.content`` and references of each, ``--api-batch`` at a
-   call; the log's reading is not timed), the same scorers.
+   call; the log's reading is not timed), the same scorers;
+5. with ``--stages N``: the CPU time of each stage on the first N records
+   (:func:`stage_times`).
 
-Prints records/s of each, the import's share of time in reading, and the process's
+Prints records/s of each (by the clock, and by this process's CPU time), and the process's
 peak resident memory (``ru_maxrss``) and the load average (the machine is shared:
 read the figures beside it).
 
@@ -27,6 +29,7 @@ read the figures beside it).
 from __future__ import annotations
 
 import argparse
+import gc
 import itertools
 import json
 import math
@@ -37,6 +40,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import confide
 from confide.ingest import read_generations
@@ -88,10 +92,18 @@ def _head(path: Path, out: Path, n: int) -> Path:
     return out
 
 
-def score_answers_rate(log: Path, scorers: list[str], records: int, batch: int) -> float:
+def score_answers_rate(log: Path, scorers: list[str], records: int, batch: int
+                       ) -> tuple[float, float]:
     """Records/s of :func:`confide.score_answers` on the first ``records`` records of
-    ``log``, ``batch`` at a call (only the calls are timed)."""
-    done, seconds = 0, 0.0
+    ``log``, ``batch`` at a call (only the calls are timed, after one untimed call of one
+    record that imports what a first call would): by the clock, and by this process's
+    CPU time."""
+    done, seconds, cpu = 0, 0.0, 0.0
+    with log.open("rb") as fh:
+        row = json.loads(fh.readline())
+    confide.score_answers([row["request"]["messages"][0]["content"]],
+                          [row["choices"][0]["message"]["content"]],
+                          logprobs=[row["choices"][0]["logprobs"]], scorers=scorers)
     with log.open("rb") as fh:
         while done < records:
             lines = list(itertools.islice(fh, min(batch, records - done)))
@@ -102,13 +114,67 @@ def score_answers_rate(log: Path, scorers: list[str], records: int, batch: int) 
                           "references": r["references"]} for r in rows]
             answers = [r["choices"][0]["message"]["content"] for r in rows]
             logprobs = [r["choices"][0]["logprobs"] for r in rows]
-            began = time.perf_counter()
+            began, began_cpu = time.perf_counter(), time.process_time()
             scored = confide.score_answers(questions, answers, logprobs=logprobs,
                                            scorers=scorers)
             seconds += time.perf_counter() - began
+            cpu += time.process_time() - began_cpu
             assert len(scored) == len(rows)
             done += len(rows)
-    return done / seconds
+    return done / seconds, done / cpu
+
+
+def stage_times(log: Path, scorers: list[str], records: int) -> dict[str, float]:
+    """µs of CPU per record of each stage of an import, each stage timed over the first
+    ``records`` records at once (decode, parse, plan, each scorer in record order, grade,
+    encode), garbage collection off; the import's own loop, its file hash and SQLite are
+    not in it. Stages share caches as in an import (the scorers of one record run
+    together)."""
+    from confide.equivalence.judges import make_judge
+    from confide.ingest.common import decode_line
+    from confide.ingest.reading import parse_value
+    from confide.pipeline.answering import grade_record
+    from confide.pipeline.scorer_plan import ScorerPlan, record_capabilities
+    from confide.scorers import SCORERS, ScoringContext, run_scorer
+    from confide.store.run_store import RunStore
+
+    with log.open("rb") as fh:
+        lines = list(itertools.islice(fh, records))
+    n = len(lines)
+    out: dict[str, float] = {}
+    gc.disable()
+    try:
+        def timed(name: str, fn: Any) -> Any:
+            began = time.process_time()
+            value = fn()
+            out[name] = (time.process_time() - began) / n * 1e6
+            return value
+
+        values = timed("decode", lambda: [decode_line(r, i + 1) for i, r in enumerate(lines)])
+        read = timed("parse", lambda: [parse_value(v, i + 1, log, "openai")
+                                       for i, v in enumerate(values)])
+        records_ = [r.to_record() for r in read]
+        plan = ScorerPlan([SCORERS[s] for s in scorers], imported=True)
+        caps = timed("plan (capabilities)", lambda: [record_capabilities(r) for r in records_])
+        ctx = ScoringContext(judge=make_judge("exact"), seed=0)
+        each = {name: 0.0 for name in scorers}
+        clock = time.process_time  # a system call each (about 1 µs, counted in each scorer)
+
+        def score() -> None:
+            for record, cap in zip(records_, caps, strict=True):
+                for spec, why in plan.split(cap):
+                    began = clock()
+                    if why is None:
+                        record.scores[spec.name] = run_scorer(spec, record, ctx)[0]
+                    each[spec.name] += clock() - began
+
+        timed("scorers", score)
+        out.update({f"  {k}": v / n * 1e6 for k, v in each.items()})
+        timed("grade (contains)", lambda: [grade_record(r, "contains") for r in records_])
+        timed("encode", lambda: [RunStore.encode(r) for r in records_])
+    finally:
+        gc.enable()
+    return out
 
 
 def main() -> None:
@@ -126,6 +192,8 @@ def main() -> None:
     parser.add_argument("--api-records", type=int, default=20_000,
                         help="records scored through confide.score_answers (0: none)")
     parser.add_argument("--api-batch", type=int, default=1_000)
+    parser.add_argument("--stages", type=int, default=0,
+                        help="records to time stage by stage (stage_times; 0: none)")
     parser.add_argument("--dir", type=Path, default=None, help="work folder (default: a temp)")
     args = parser.parse_args()
     work = Path(args.dir or tempfile.mkdtemp(prefix="import-speed-"))
@@ -155,7 +223,8 @@ def main() -> None:
         assert outcome.total == args.records and not outcome.skipped_scorers, outcome
         print(f"import, {workers} worker process(es): {outcome.imported} records in "
               f"{import_s:.1f} s = {outcome.imported / import_s:.0f} records/s (batches of "
-              f"{args.batch_size}; this process {cpu:.1f} CPU s); run.sqlite "
+              f"{args.batch_size}; this process {cpu:.1f} CPU s = "
+              f"{outcome.imported / cpu:.0f} records/s of CPU time); run.sqlite "
               f"{(out / 'run.sqlite').stat().st_size / 1e6:.0f} MB")
         shutil.rmtree(out, ignore_errors=True)
 
@@ -172,9 +241,15 @@ def main() -> None:
 
     if args.api_records:
         n_api = min(args.api_records, args.records)
-        rate = score_answers_rate(log, scorers, n_api, args.api_batch)
+        rate, cpu_rate = score_answers_rate(log, scorers, n_api, args.api_batch)
         print(f"confide.score_answers: {n_api} records, {args.api_batch} a call: "
-              f"{rate:.0f} records/s")
+              f"{rate:.0f} records/s ({cpu_rate:.0f} records/s of CPU time)")
+
+    if args.stages:
+        stages = stage_times(log, scorers, min(args.stages, args.records))
+        print("stages, µs of CPU per record (each scorer timed alone, in record order):")
+        for name, value in stages.items():
+            print(f"  {name:28s} {value:7.1f}")
 
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     child_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024

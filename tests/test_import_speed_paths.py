@@ -281,3 +281,219 @@ def test_bounds_outside_the_common_case_are_the_rule_s_own() -> None:
         topk_entropies(gen)
     with pytest.raises(ValueError):
         _topk_entropies(gen)
+
+
+# --- the fast chat reading -----------------------------------------------------------------
+
+
+class _Text(str):
+    """A text of a str subclass (numpy's str_ is one): the checked path makes it a str."""
+
+
+def _chat_choice(rng: random.Random) -> dict[str, Any]:
+    """A chat choice, mostly well formed, with each kind of fault the checks know now and
+    then."""
+    words = ["Par", "is", " the", " a", "Rome", ".", "\u00e9", "<|eot|>"]
+    n, k = rng.randint(0, 6), rng.randint(1, 4)
+    faulty = rng.random() < 0.4  # else only the common case
+    content: list[Any] = []
+    for _ in range(n):
+        names = rng.sample(words, k)
+        weights = [rng.uniform(1e-4, 1.0) for _ in names]
+        mass = rng.choice([1.0, 1.0 + 1e-3, 1.0 + 2e-3, 1.2]) if faulty and rng.random() < 0.3 \
+            else rng.uniform(0.3, 0.99)
+        values: list[Any] = sorted((math.log(w * mass / sum(weights)) for w in weights),
+                                   reverse=True)
+        pick = rng.random()
+        if pick < 0.6:
+            i = rng.randrange(k)
+            token, lp = names[i], values[i]
+            if faulty and rng.random() < 0.1:
+                lp += rng.choice([5e-4, 2e-3])  # near or far from its own entry
+        else:
+            token, lp = rng.choice([w for w in words if w not in names] or words), \
+                math.log(rng.uniform(1e-4, 0.3))
+        entry: dict[str, Any] = {"token": token, "logprob": lp, "bytes": [1],
+                                 "top_logprobs": [{"token": t, "logprob": v}
+                                                  for t, v in zip(names, values)]}
+        fault = rng.random() if faulty else 1.0
+        if fault < 0.03:
+            entry["logprob"] = rng.choice([0, -1, True, "x", None, 1e-3, -1e30, -(2 ** 30),
+                                           math.nan, -math.inf, 2 ** 70])
+        elif fault < 0.05:
+            alt = rng.choice(entry["top_logprobs"])
+            alt["logprob"] = rng.choice([0, -2, False, None, math.inf, -(2 ** 30)])
+        elif fault < 0.07:
+            entry["token"] = rng.choice([_Text(token), 3, None])
+        elif fault < 0.08:
+            rng.choice(entry["top_logprobs"])["token"] = rng.choice([_Text("x"), 1])
+        elif fault < 0.1:
+            entry["top_logprobs"] = rng.choice([None, [], entry["top_logprobs"][:-1] or None,
+                                                "x", [1]])
+        elif fault < 0.11:
+            del entry[rng.choice(["token", "logprob", "top_logprobs"])]
+        elif fault < 0.12:
+            entry = rng.choice([[], "x", None])  # type: ignore[assignment]
+        content.append(entry)
+    spelled = "".join(e["token"] for e in content
+                      if isinstance(e, dict) and isinstance(e.get("token"), str))
+    text = spelled.split("<|eot|>")[0]
+    if faulty and rng.random() < 0.1:
+        text = "Paris"  # tokens that do not spell it
+    choice: dict[str, Any] = {"index": 0, "finish_reason": rng.choice(["stop", None, "length"]),
+                              "message": {"role": "assistant", "content": text},
+                              "logprobs": {"content": content}}
+    if faulty and rng.random() < 0.1:
+        choice = {"index": 0, "text": text, "logprobs": {"content": content}}  # legacy shape
+    return choice
+
+
+def _read(choice: dict[str, Any]) -> Any:
+    """What the openai reader makes of ``choice``: its generation and notes, or its error."""
+    from confide.ingest.common import Context
+    from confide.ingest.openai import _choice
+
+    try:
+        gen, notes = _choice(choice, "choices[0]", Context("log", "log", 1))
+    except BadField as exc:
+        return ("BadField", exc.field, exc.message)
+    d = gen.to_dict()
+    for key in ("token_logprobs", "top_logprobs", "token_entropies"):
+        arr = getattr(gen, key)
+        d[key] = None if arr is None else (arr.dtype.str, arr.shape, arr.tobytes())
+    d["types"] = sorted({type(t).__name__ for t in gen.tokens}
+                        | {type(t).__name__ for row in gen.top_tokens or [] for t in row})
+    return d, notes
+
+
+def test_the_fast_chat_reading_reads_as_the_checked_one(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    import confide.ingest.openai as openai_reader
+
+    rng = random.Random(11)
+    fast_taken = errors = 0
+    real = openai_reader._chat_statistics
+    for _ in range(4000):
+        choice = _chat_choice(rng)
+        fast = _read(json.loads(json.dumps(choice)) if rng.random() < 0.5 else choice)
+        with monkeypatch.context() as m:
+            m.setattr(openai_reader, "_chat_statistics", lambda *args: None)
+            plain = _read(choice)
+        assert fast == plain, choice
+        lp = choice["logprobs"]
+        try:
+            from confide.backends.openai_logprobs import generation_from_choice
+            taken = real(choice, lp, generation_from_choice(choice, logprobs=False),
+                         choice.get("message", {}).get("content") or "", "x") is not None
+        except Exception:
+            taken = False
+        fast_taken += taken
+        errors += plain[0] == "BadField"
+    assert fast_taken > 1500 and errors > 200  # both roads well travelled
+
+
+# --- the shared top-k of the scorers --------------------------------------------------------
+
+
+def _topk_answer(rng: random.Random) -> Record:
+    n, k = rng.randint(1, 12), rng.randint(2, 12)
+    rows = []
+    for _ in range(n):
+        kind = rng.random()
+        if kind < 0.35:  # one dominant token, a tail under 0.005: the top-k can tell
+            rest = [rng.uniform(1e-6, 0.004) for _ in range(k - 1)]
+            head = rng.uniform(0.3, 1.0 - sum(rest))
+            row = [math.log(head)] + [math.log(v) for v in rest]
+            if rng.random() < 0.3:
+                row[1] = math.log(rng.uniform(0.1, head))  # a group of two
+        elif kind < 0.45:
+            row = [-0.0] + [-math.inf] * (k - 1)
+        elif kind < 0.55:
+            row = [math.log(1.0 / k)] * k
+        else:
+            weights = [rng.random() ** 3 for _ in range(k)]
+            total = sum(weights) / rng.uniform(0.95, 1.0)
+            row = [math.log(w / total) if w > 0 else -math.inf for w in weights]
+        if rng.random() < 0.5:
+            rng.shuffle(row)
+        rows.append(row)
+    top = np.asarray(rows, np.float32)
+    chosen = [r[rng.randrange(k)] if rng.random() < 0.8 else math.log(rng.uniform(1e-5, 0.3))
+              for r in rows]
+    chosen = [v if v > -math.inf else max(r) for v, r in zip(chosen, rows)]
+    return Record(Item("x", "q"), Generation(
+        "a", token_ids=list(range(n)), tokens=["t"] * n,
+        token_logprobs=np.asarray(chosen, np.float32), top_logprobs=top,
+        token_entropies=np.asarray([rng.uniform(0, 3) for _ in range(n)], np.float32)))
+
+
+def _per_step(record: Record) -> dict[str, tuple[float, str | None]]:
+    """The top-k scorers as they were computed step by step, on fresh arrays."""
+    from confide.core.errors import CannotScore
+    from confide.scorers.information import boosted_token_probability
+
+    gen = record.greedy
+    top = -np.sort(-np.asarray(gen.top_logprobs, np.float64), axis=1)
+    chosen = np.asarray(gen.token_logprobs, np.float64)
+    p = np.exp(top - top.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    plogp = np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0)
+    negentropy = 1.0 + plogp.sum(axis=1) / math.log(top.shape[1])
+    q = np.exp(top)
+    out: dict[str, tuple[float, str | None]] = {
+        "probability_margin": (float(np.mean(q[:, 0] - q[:, 1])), None),
+        "mean_topk_negentropy": (float(np.mean(negentropy)), None),
+        "min_topk_negentropy": (float(np.min(negentropy)), None)}
+    try:
+        out["boostedprob"] = (float(np.mean([boosted_token_probability(lp, row)
+                                             for lp, row in zip(chosen, top)])), None)
+    except CannotScore as exc:
+        out["boostedprob"] = (math.nan, exc.reason)
+    logprobs = np.asarray(gen.token_logprobs, np.float64)
+    entropies = np.asarray(gen.token_entropies, np.float64)
+    out.update({"msp": (float(np.sum(logprobs)), None),
+                "mean_logprob": (float(np.mean(logprobs)), None),
+                "min_logprob": (float(np.min(logprobs)), None),
+                "mean_entropy": (-float(np.mean(entropies)), None),
+                "max_entropy": (-float(np.max(entropies)), None)})
+    return out
+
+
+def _same(got: tuple[float, str | None], want: tuple[float, str | None]) -> bool:
+    if want[1] is not None:
+        return math.isnan(got[0]) and got[1] is not None and got[1].startswith(want[1])
+    return got[1] is None and (got[0] == want[0] or (math.isnan(got[0]) and math.isnan(want[0])))
+
+
+def test_shared_topk_scorers_equal_the_per_step_rule_bit_for_bit() -> None:
+    from confide.scorers import SCORERS, run_scorer
+
+    rng = random.Random(5)
+    boosted = refused = 0
+    for _ in range(3000):
+        record = _topk_answer(rng)
+        want = _per_step(record)
+        for name in rng.sample(sorted(want), len(want)):  # any order of the scorers
+            got = run_scorer(SCORERS[name], record)
+            assert _same(got, want[name]), (name, got, want[name], record.greedy)
+        boosted += want["boostedprob"][1] is None
+        refused += want["boostedprob"][1] is not None
+    assert boosted > 500 and refused > 500
+
+
+def test_the_shared_values_follow_an_array_changed_in_place() -> None:
+    from confide.scorers import SCORERS, run_scorer
+
+    record = _topk_answer(random.Random(1))
+    names = ["msp", "min_logprob", "probability_margin", "mean_topk_negentropy",
+             "max_entropy", "boostedprob"]
+    before = {n: run_scorer(SCORERS[n], record) for n in names}
+    gen = record.greedy
+    gen.token_logprobs[0] -= 1.0
+    gen.top_logprobs[0, :] = gen.top_logprobs[0, ::-1] - 0.5
+    gen.token_entropies[-1] += 2.0
+    after = {n: run_scorer(SCORERS[n], record) for n in names}
+    want = _per_step(record)
+    for name in names:
+        assert _same(after[name], want[name]), name
+    assert after["msp"] != before["msp"] and after["max_entropy"] != before["max_entropy"]

@@ -82,7 +82,6 @@ import codecs
 import json
 import math
 import re
-import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,17 +94,20 @@ from confide.backends.openai_logprobs import answer_length
 from confide.backends.topk import entropy_lower_bounds, set_apart
 from confide.core.errors import InvalidInputError
 from confide.core.needs import Need
+from confide.core.reasoning import DEFAULT_TAGS, Tags, split_reasoning, with_trace
 from confide.core.records import Generation, Item, Record
 from confide.core.registry import Registry
+from confide.core.spans import loose, spelled
 from confide.core.unicode import lone_surrogate, lone_surrogate_message, may_escape_surrogate
 from confide.ingest.sources import open_log
 
 __all__ = ["BadField", "CHUNK", "Context", "FORMATS", "Fit", "Imported", "LOGPROB_TOLERANCE",
-           "LogFormat", "MASS_TOLERANCE", "Step", "answer_length", "build_generation",
+           "LogFormat", "MASS_TOLERANCE", "Step", "answer_length", "answer_with_trace",
+           "build_generation",
            "capabilities_of", "check_logprob", "check_prob", "check_spelling", "check_step",
            "decode_line", "entropy_bounds", "file_layout", "get_list", "get_str",
            "index_order", "is_blank", "item_id", "iter_json_records", "label_from",
-           "need_list", "references_from", "text_prompt"]
+           "need_list", "reasoning_field", "references_from", "text_prompt"]
 
 #: Bytes read at a time when streaming a JSON array or pretty-printed objects.
 CHUNK = 1 << 16
@@ -165,6 +167,7 @@ class Context:
     line: int
     label_field: str | None = None
     entropy_bounds: bool = True
+    reasoning_tags: Tags | None = DEFAULT_TAGS
 
     @property
     def default_id(self) -> str:
@@ -282,9 +285,6 @@ def check_mass(mass: float, where: str) -> None:
 
 
 _TOKEN_IDS = re.compile(r"(token_id:\d+)+")  # vLLM's --return-tokens-as-token-ids
-# byte-level BPE (GPT-2's Ġ, Ċ) and SentencePiece (▁) marks of white space
-_MARKS = str.maketrans("", "", "\u0120\u010a\u2581")
-_BYTE_ESCAPES = re.compile(r"\\x[0-9a-fA-F]{2}")
 
 
 def check_spelling(tokens: Sequence[str], text: str, where: str) -> None:
@@ -303,17 +303,11 @@ def check_spelling(tokens: Sequence[str], text: str, where: str) -> None:
         return  # the common case, first and cheap
     if _TOKEN_IDS.fullmatch(joined):
         return
-    partial = any(t.startswith("bytes:") or "\ufffd" in t for t in tokens)
-    spelled = "".join(_BYTE_ESCAPES.sub("", t.removeprefix("bytes:")) for t in tokens)
-    a, b = _loose(text, ascii_only=partial), _loose(spelled, ascii_only=partial)
+    pieces, partial = spelled(tokens)
+    a, b = loose(text, ascii_only=partial), loose("".join(pieces), ascii_only=partial)
     if not b.startswith(a):
         raise BadField(where, f"the tokens spell {_shown(joined)} but the answer is "
                               f"{_shown(text)}")
-
-
-def _loose(text: str, *, ascii_only: bool) -> str:
-    text = "".join(unicodedata.normalize("NFKC", text).translate(_MARKS).split())
-    return "".join(c for c in text if c.isascii()) if ascii_only else text
 
 
 def _shown(text: str, limit: int = 40) -> str:
@@ -464,6 +458,41 @@ def label_from(obj: dict[str, Any], ctx: Context, defaults: Iterable[str] = ()
 
 
 # --- from steps to a Generation ------------------------------------------------------------
+
+
+def reasoning_field(obj: Any, keys: Sequence[str], where: str) -> str | None:
+    """The reply's reasoning text: the first of ``keys`` (``reasoning_content``,
+    ``reasoning``, ``thinking``) that ``obj`` holds and is not null; None for none.
+    :class:`BadField` (``where`` + key) for one that is not text."""
+    if not isinstance(obj, dict):
+        return None
+    for key in keys:
+        value = obj.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise BadField(f"{where}{key}", f"reasoning must be text, not {_kind(value)}")
+        return value
+    return None
+
+
+def answer_with_trace(gen: Generation, reasoning: str | None, ctx: Context, where: str
+                      ) -> Generation:
+    """``gen`` as its final answer with the reasoning trace split off
+    (:mod:`confide.core.reasoning`): by the source's reasoning field when it has one
+    (``gen``'s tokens then cover the trace and the answer, or the answer alone; build
+    ``gen`` uncut), else by the tags ``ctx.reasoning_tags`` in its text (None: not split).
+    :class:`BadField` (field ``where``, the tokens) when the tokens spell neither."""
+    if reasoning is not None:
+        try:
+            return with_trace(gen.text, reasoning, gen, tags=ctx.reasoning_tags)
+        except ValueError as exc:
+            raise BadField(where, f"{exc} (the reasoning field and the answer's tokens "
+                                  "disagree)") from None
+    if ctx.reasoning_tags is None:
+        return gen
+    return split_reasoning(gen, ctx.reasoning_tags)
+
 
 
 def build_generation(text: str, steps: list[Step] | None, *, finish_reason: str = "stop",

@@ -31,6 +31,10 @@ tokens, log-probs      chat: ``logprobs.content[t].token`` / ``.logprob``, and
                        legacy: ``logprobs.tokens`` / ``token_logprobs`` /
                        ``top_logprobs[t]`` (``{token: logprob}``; ``text_offset`` unused)
 finish_reason          ``finish_reason`` (null is ``"stop"``)
+trace                  ``message.reasoning_content`` or ``message.reasoning``
+                       (vLLM's reasoning parsers, DeepSeek, OpenRouter), or a
+                       ``<think>…</think>`` block of the text (``reasoning_tags``);
+                       ``logprobs.content`` may list the trace's tokens first
 =====================  ==========================================================
 
 Tokens past the answer text (an end-of-turn token, a stop string that was cut)
@@ -71,12 +75,18 @@ statistics the backend gave when it made it.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from confide.backends.openai_logprobs import MalformedResponse, generation_from_choice
+from confide.backends.openai_logprobs import (
+    MalformedResponse,
+    answer_length,
+    generation_from_choice,
+)
 from confide.backends.topk import entropy_note, topk_entropies
+from confide.core.reasoning import trace_split
 from confide.core.records import Generation, Item
 from confide.ingest.common import (
     FORMATS,
@@ -87,6 +97,7 @@ from confide.ingest.common import (
     Fit,
     Imported,
     LogFormat,
+    answer_with_trace,
     capabilities_of,
     check_logprob,
     check_spelling,
@@ -96,6 +107,7 @@ from confide.ingest.common import (
     item_id,
     label_from,
     need_list,
+    reasoning_field,
     references_from,
     text_prompt,
 )
@@ -105,6 +117,7 @@ __all__ = ["fits", "parse"]
 _OBJECTS = ("chat.completion", "text_completion", "chat.completion.chunk")
 _NUMBER = (float, int)  # exact types: a bool is not a log-probability
 _TOLERANCE = 1.0 + MASS_TOLERANCE
+_LIST, _STR, _NUMBERS = {list}, {str}, {float, int}
 
 
 def _is_response(value: Any) -> bool:
@@ -280,29 +293,108 @@ def _choice(choice: Any, where: str, ctx: Context) -> tuple[Generation, dict[str
     finish = choice.get("finish_reason")
     if finish is not None and not isinstance(finish, str):
         raise BadField(f"{where}.finish_reason", "must be text")
+    reasoning = reasoning_field(choice.get("message"), _REASONING, f"{where}.message.")
+    if reasoning is not None:  # the trace in a field of its own
+        return _reasoning_choice(choice, reasoning, where, ctx)
     lp = choice.get("logprobs")
+    listed: np.ndarray | None = None
     try:  # the openai backend's reading of a choice, so both agree
         gen = generation_from_choice(choice, logprobs=False)
         if lp is not None:
             if not isinstance(lp, dict):
                 raise BadField(f"{where}.logprobs", "must be an object")
             text = _raw_text(choice)
-            if "content" in lp:
-                _check_chat(lp, f"{where}.logprobs", text)
-            else:
-                _check_legacy(lp, f"{where}.logprobs", text)
-            gen = generation_from_choice(choice, top_k_alternatives=1)
+            listed = _chat_statistics(choice, lp, gen, text, f"{where}.logprobs")
+            if listed is None:  # not the common case: checked field by field
+                if "content" in lp:
+                    _check_chat(lp, f"{where}.logprobs", text)
+                else:
+                    _check_legacy(lp, f"{where}.logprobs", text)
+                gen = generation_from_choice(choice, top_k_alternatives=1)
     except MalformedResponse as exc:
         raise BadField(f"{where}.{exc.field}" if exc.field else where, str(exc)) from None
     if not gen.tokens and gen.text:  # an empty token list with an answer: no statistics
         gen.tokens, gen.token_logprobs, gen.top_logprobs, gen.top_tokens = [], None, None, None
     notes: dict[str, str] = {}
     if ctx.entropy_bounds and gen.top_logprobs is not None:  # as the openai backend does
-        gen.token_entropies, notes = _topk_entropies(gen)
-    return gen, notes
+        gen.token_entropies, notes = _topk_entropies(gen, listed)
+    return answer_with_trace(gen, None, ctx, where), notes
 
 
-def _topk_entropies(gen: Generation) -> tuple[np.ndarray | None, dict[str, str]]:
+# Ints past this read as floats differently by two roads (an int to float32 at once, or
+# through float64): the fast reading leaves them to the checked one.
+_EXACT_INT = 1 << 24
+
+
+def _chat_statistics(choice: dict[str, Any], lp: dict[str, Any], gen: Generation, text: str,
+                     where: str) -> np.ndarray | None:
+    """Fill ``gen``'s statistics from a chat choice's ``logprobs.content`` in the common
+    case, all of it at once; None (``gen`` untouched) for anything else, which the
+    field-by-field checks and :func:`generation_from_choice` read as before.
+
+    The common case: every entry an object with a text ``token``, a number ``logprob``
+    and a list ``top_logprobs``, of one length k >= 1 for every entry; each alternative
+    an object with a text ``token`` and a number ``logprob``; every log-probability
+    finite and <= 0; the chosen token's log-probability within :data:`LOGPROB_TOLERANCE`
+    of its own entry where it is listed; each step's listed mass (with the chosen
+    token's, when not listed) clearly below 1 + :data:`MASS_TOLERANCE`; at least one
+    token of answer text. :func:`_chat_well_formed` accepts all of these, so the same
+    records pass and fail; the spelling is checked as there (:func:`check_spelling`), and
+    the generation equals :func:`generation_from_choice`'s
+    (``tests/test_import_speed_paths.py``).
+
+    Returns, for the answer's tokens, which alternatives are the chosen token (shape
+    ``(T, k)``), for the entropy bounds.
+    """
+    content = lp.get("content")
+    if (type(content) is not list or not content
+            or not (isinstance(choice.get("message"), dict) or "text" not in choice)):
+        return None  # a legacy choice has its own reading
+    try:
+        tokens = [entry["token"] for entry in content]
+        values = [entry["logprob"] for entry in content]
+        rows = [entry["top_logprobs"] for entry in content]
+        if set(map(type, rows)) != _LIST or len(set(map(len, rows))) != 1:
+            return None
+        names = [alt["token"] for row in rows for alt in row]
+        alts = [alt["logprob"] for row in rows for alt in row]
+    except (KeyError, TypeError):
+        return None
+    n, k = len(rows), len(rows[0])
+    numbers = values + alts
+    kinds = set(map(type, numbers))
+    if (not k or set(map(type, tokens + names)) != _STR or not kinds <= _NUMBERS
+            or (int in kinds and min(numbers) <= -_EXACT_INT)):
+        return None
+    try:
+        both = np.array(numbers, dtype=np.float64)
+    except OverflowError:
+        return None
+    if not (both.max() <= 0.0 and both.min() > -math.inf):  # NaN fails too
+        return None
+    chosen, top = both[:n], both[n:].reshape(n, k)
+    listed = (np.array(names, dtype=object).reshape(n, k)
+              == np.array(tokens, dtype=object)[:, None])
+    own = listed.any(axis=1)
+    if not (own <= (listed & (np.abs(top - chosen[:, None]) <= LOGPROB_TOLERANCE)).any(axis=1)
+            ).all():
+        return None  # a chosen token far from its own entry: the checks name it
+    mass = np.exp(top).sum(axis=1) + np.where(own, 0.0, np.exp(chosen))
+    if (mass > _TOLERANCE - 1e-9).any():  # above, or too near to tell: the checks decide
+        return None
+    check_spelling(tokens, text, f"{where}.content")
+    t = answer_length(tokens, text)
+    if not t:
+        return None
+    gen.tokens = tokens[:t]
+    gen.token_logprobs = chosen[:t].astype(np.float32)
+    gen.top_logprobs = top[:t].astype(np.float32)
+    gen.top_tokens = [names[i:i + k] for i in range(0, t * k, k)]
+    return listed[:t]
+
+
+def _topk_entropies(gen: Generation, listed: np.ndarray | None = None
+                    ) -> tuple[np.ndarray | None, dict[str, str]]:
     """:func:`~confide.backends.topk.topk_entropies` of ``gen``, the same float32 values
     and note, computed a whole answer at a time (per step it cost more than the rest of
     reading a record; ``benchmarks/results/import_speed.md``).
@@ -322,25 +414,30 @@ def _topk_entropies(gen: Generation) -> tuple[np.ndarray | None, dict[str, str]]
     n, k = top.shape
     values = top.astype(np.float64)
     if (values[:, :-1] >= values[:, 1:]).all():  # listed best first (as the API does)
-        last = [k - 1] * n
+        last = np.full(n, k - 1)
     else:  # sorted() by -log p, stable: ties keep their order
         order = np.argsort(-values, axis=1, kind="stable")
         values = values[np.arange(n)[:, None], order]
-        last = order[:, -1].tolist()
-    apart = np.zeros(n, dtype=bool)  # the chosen token is the least likely listed: set apart
-    unlisted = np.zeros(n, dtype=bool)  # not listed: its log p is known beyond the top-k
-    for t, (token, row) in enumerate(zip(gen.tokens, names, strict=True)):
-        if len(row) != k:
-            return topk_entropies(gen)
-        if k >= 2 and row[last[t]] == token:
-            apart[t] = True
-        elif token not in row:
-            unlisted[t] = True
+        last = order[:, -1]
+    if listed is not None and listed.shape == (n, k):  # [t, j]: alternative j is the token
+        # the least likely listed: set apart; not listed: its log p is known beyond the top-k
+        apart = listed[np.arange(n), last] if k >= 2 else np.zeros(n, dtype=bool)
+        unlisted = ~listed.any(axis=1)
+    else:
+        apart = np.zeros(n, dtype=bool)
+        unlisted = np.zeros(n, dtype=bool)
+        for t, (token, row) in enumerate(zip(gen.tokens, names, strict=True)):
+            if len(row) != k:
+                return topk_entropies(gen)
+            if k >= 2 and row[last[t]] == token:
+                apart[t] = True
+            elif token not in row:
+                unlisted[t] = True
     p = np.fromiter(map(math.exp, values.ravel().tolist()), np.float64, n * k).reshape(n, k)
     # running sums (accumulate adds in order, as the loop of entropy_lower_bound does;
     # a sum() pairs terms otherwise); 0.0 - x: that loop's sign of a zero
-    mass = np.cumsum(p, axis=1)[:, -1]
-    seen = 0.0 - np.cumsum(p * values, axis=1)[:, -1]
+    mass = np.add.accumulate(p, axis=1)[:, -1]
+    seen = 0.0 - np.add.accumulate(p * values, axis=1)[:, -1]
     if unlisted.any():
         lp = chosen.astype(np.float64)[unlisted]
         p_lp = np.fromiter(map(math.exp, lp.tolist()), np.float64, len(lp))
@@ -349,8 +446,56 @@ def _topk_entropies(gen: Generation) -> tuple[np.ndarray | None, dict[str, str]]
     least = np.where(apart, values[:, k - 2], values[:, k - 1]) if apart.any() else values[:, -1]
     tail = 1.0 - mass
     bounds = np.where(tail > 0.0, seen + tail * -least, seen)
-    return bounds.astype(np.float32), entropy_note([k - 1] * int(apart.sum())
-                                                   + [k] * int(n - apart.sum()))
+    some = bool(apart.any())
+    return bounds.astype(np.float32), entropy_note(([k - 1] if some else [])
+                                                   + ([k] if not some or not apart.all() else []))
+
+
+#: The message fields that hold a reasoning model's trace: vLLM's and DeepSeek's
+#: ``reasoning_content``; ``reasoning`` (vLLM from 0.10, OpenRouter).
+_REASONING = ("reasoning_content", "reasoning")
+
+
+def _reasoning_choice(choice: dict[str, Any], reasoning: str, where: str, ctx: Context
+                      ) -> tuple[Generation, dict[str, str]]:
+    """A choice whose message keeps the trace apart (:data:`_REASONING`): the final answer
+    with its trace, each read as a choice of its own (:func:`_choice`, every check
+    included) from its share of ``logprobs.content``, which covers the trace's tokens and
+    then the answer's (vLLM's reasoning parsers), or the answer's alone
+    (:func:`confide.core.reasoning.trace_split` finds where they part)."""
+    message = {k: v for k, v in choice["message"].items() if k not in _REASONING}
+    answer = message.get("content")
+    answer = answer if isinstance(answer, str) else ""
+    lp = choice.get("logprobs")
+    entries = lp.get("content") if isinstance(lp, dict) else None
+    n = 0
+    if isinstance(entries, list) and entries:
+        if not _chat_well_formed(entries):  # named with its index in the whole list
+            _find_chat_fault(entries, f"{where}.logprobs")
+        tokens = [e.get("token") if isinstance(e, dict) else None for e in entries]
+        if all(isinstance(t, str) for t in tokens):
+            try:
+                n = trace_split(tokens, reasoning, answer, ctx.reasoning_tags)  # type: ignore[arg-type]
+            except ValueError as exc:
+                raise BadField(f"{where}.logprobs.content", f"{exc} (the message's reasoning "
+                                                            "and content)") from None
+    plain = replace(ctx, reasoning_tags=None)  # each share is read as it is
+    shares = []
+    for part, text, chosen in ((0, reasoning, None if entries is None else entries[:n]),
+                               (1, answer, None if entries is None else entries[n:])):
+        if part == 0 and chosen:  # the trace's tokens spell its tags too: keep them all
+            text = "".join(e["token"] for e in chosen)
+        elif part == 1 and chosen:  # the white space the answer's tokens begin with
+            joined = "".join(e["token"] for e in chosen)
+            text = joined[:len(joined) - len(joined.lstrip())] + text.lstrip()
+        logprobs = lp if entries is None else {**lp, "content": chosen}  # type: ignore[dict-item]
+        shares.append(_choice({**choice, "message": {**message, "content": text},
+                               "logprobs": logprobs}, where, plain))
+    (trace, trace_notes), (gen, notes) = shares
+    trace.text = reasoning.strip()
+    trace.finish_reason = gen.finish_reason if gen.empty else "stop"
+    gen.trace = trace
+    return gen, {**trace_notes, **notes}
 
 
 def _raw_text(choice: dict[str, Any]) -> str:

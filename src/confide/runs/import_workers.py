@@ -51,6 +51,7 @@ class Setup:
     scorers: tuple[str, ...]  # those a record may feed (not skipped for every record)
     judge: str
     grader: str
+    reasoning_tags: tuple[str, str] | None = ("<think>", "</think>")  # None: not split
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,8 @@ def work(chunk: list[tuple[int, bytes]]) -> list[Read | tuple[str, str | None, i
             continue
         try:
             imported = parse_value(value, line, setup.path, setup.fmt,
-                                   label_field=setup.label_field)
+                                   label_field=setup.label_field,
+                                   reasoning_tags=setup.reasoning_tags)
         except InvalidInputError as exc:
             out.append((bare_message(exc), exc.file, exc.line, exc.field))
             continue

@@ -61,12 +61,14 @@ import hashlib
 import itertools
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from confide.core.errors import InvalidInputError, StoreError
+from confide.core.reasoning import DEFAULT_TAGS
+from confide.core.reasoning import reasoning_tags as reasoning_tags_of
 from confide.equivalence.judges import default_judge, make_judge
 from confide.grading import GRADERS
 from confide.ingest import (
@@ -228,7 +230,8 @@ def import_file(path: str | Path, out: str | Path, *, format: str = "auto",
                 answer: str = "first", greedy_file: str | Path | None = None,
                 on_bad_record: str = "raise", label_field: str | None = None,
                 judge: str | None = None, progress: ImportProgress | None = None,
-                batch_size: int = BATCH_SIZE, workers: int | None = None) -> ImportOutcome:
+                batch_size: int = BATCH_SIZE, workers: int | None = None,
+                reasoning_tags: str | Sequence[str] | None = DEFAULT_TAGS) -> ImportOutcome:
     """Turn a file of existing generations into a stored, scored, graded run at ``out``.
 
     Parameters
@@ -252,6 +255,10 @@ def import_file(path: str | Path, out: str | Path, *, format: str = "auto",
         them); 1: all in this process. Default: one per CPU (at most 8) for a JSON
         Lines file of at least :data:`PARALLEL_MIN_BYTES`, else 1. Only JSON Lines
         files without ``greedy_file`` are spread; the numbers do not depend on it.
+    reasoning_tags : the tags of a reasoning trace in an answer's text (default
+        ``<think>``, ``</think>``; ``"<open>,<close>"``), or None / ``"none"`` to read
+        answers whole (:func:`~confide.ingest.read_generations`). Records whose trace has no
+        final answer after it are left ungraded, with the reason.
 
     Returns
     -------
@@ -278,8 +285,10 @@ def import_file(path: str | Path, out: str | Path, *, format: str = "auto",
         raise InvalidInputError(f"grader {grader!r} asks a model; imported generations have "
                                 "none (grade with another grader, or attach labels: "
                                 "confide label)", field="grader")
+    tags = reasoning_tags_of(reasoning_tags)
     stream = read_generations(source, format, answer=answer, greedy_file=greedy_file,
-                              on_bad_record=on_bad_record, label_field=label_field)
+                              on_bad_record=on_bad_record, label_field=label_field,
+                              reasoning_tags=tags)
     first = next(stream, None)
     if first is None:
         shown = "; ".join(f"{w}: {why}" for w, why in stream.skipped[:3])
@@ -295,6 +304,8 @@ def import_file(path: str | Path, out: str | Path, *, format: str = "auto",
     facts = {**_file_facts(source), "format": stream.format, "answer": answer,
              "greedy_file": None if greedy_file is None else _file_facts(Path(greedy_file)),
              "label_field": label_field}
+    if tags != DEFAULT_TAGS:  # only then: an import made before the option resumes as it was
+        facts["reasoning_tags"] = None if tags is None else list(tags)
     identity = {"kind": "import", "source": facts, "task": f"import:{source.name}",
                 "model": model, "scorers": list(names), "grader": default_grade,
                 "reference_grader": ref_grader, "label_grade": LABEL_GRADE,
@@ -302,7 +313,7 @@ def import_file(path: str | Path, out: str | Path, *, format: str = "auto",
     static = plan_scorers(names, IMPORTABLE, imported=True)[1]
     setup = Setup(path=source, fmt=stream.format, label_field=label_field,
                    scorers=tuple(n for n in names if n not in static), judge=judge_name,
-                   grader=ref_grader)
+                   grader=ref_grader, reasoning_tags=tags)
     check_output(out)
     with RunStore.open(out, identity) as store:
         store.check_backend({"backend": "import", "format": stream.format, "model": model})

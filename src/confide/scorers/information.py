@@ -34,19 +34,81 @@ __all__ = ["BOOSTEDPROB_EPSILON", "BOOSTEDPROB_JUMP", "boosted_token_probability
 _NEEDS_TOP = {Need.TOP_LOGPROBS}
 
 
+class _TopK:
+    """One answer's validated top-k, sorted best first (float64), and what several scorers
+    derive from it, each computed once (the four top-k scorers share it; an import runs them
+    all on every record, ``benchmarks/results/import_speed.md``)."""
+
+    __slots__ = ("_exp", "_negentropy", "key", "sorted", "source")
+
+    def __init__(self, source: np.ndarray, key: tuple[object, ...], top: np.ndarray) -> None:
+        self.source, self.key = source, key
+        self.sorted = -np.sort(-top, axis=1)
+        self._exp: np.ndarray | None = None
+        self._negentropy: np.ndarray | None = None
+
+    @property
+    def exp(self) -> np.ndarray:
+        """:math:`e^{q_{t,j}}` of the sorted values."""
+        if self._exp is None:
+            self._exp = np.exp(self.sorted)
+        return self._exp
+
+    @property
+    def negentropy(self) -> np.ndarray:
+        """Each step's normalised negentropy of the renormalised top-k
+        (:func:`mean_topk_negentropy`)."""
+        if self._negentropy is None:
+            top = self.sorted
+            p = np.exp(top - top[:, :1])  # the first is the largest
+            p /= p.sum(axis=1, keepdims=True)  # renormalised over the k listed tokens
+            listed = p > 0  # 0 log 0 = 0 (and a row of no mass at all gives 0 too)
+            plogp = np.multiply(p, np.log(p, out=np.zeros_like(p), where=listed),
+                                out=np.zeros_like(p), where=listed)
+            self._negentropy = 1.0 + plogp.sum(axis=1) / math.log(top.shape[1])
+        return self._negentropy
+
+
+# The last answer's _TopK: the scorers of one record run one after another on the same
+# arrays. Found again only for the same array object with the same shape, type and bytes,
+# so an array changed in place is read afresh.
+_LAST: list[_TopK | None] = [None]
+
+
+def _key(values: np.ndarray) -> tuple[object, ...]:
+    return values.shape, values.dtype.str, values.tobytes()
+
+
+def _topk(gen: Generation, minimum: int = 1) -> _TopK:
+    """The answer's validated top-k (:class:`_TopK`); CannotScore when absent, empty, too
+    short (fewer than ``minimum`` alternatives) or holding NaN."""
+    values = gen.top_logprobs
+    last = _LAST[0]
+    if (last is not None and last.source is values and isinstance(values, np.ndarray)
+            and last.key == _key(values)):
+        found = last
+    else:
+        if values is None:
+            raise CannotScore("the backend gave no top-k alternatives")
+        top = np.asarray(values, dtype=np.float64)
+        if top.ndim != 2 or top.shape[0] == 0:
+            raise CannotScore("empty answer: no tokens to score")
+        nan = bool(np.isnan(top).any())
+        if nan and top.shape[1] >= minimum:
+            raise CannotScore("the top-k log-probabilities contain NaN")
+        found = _TopK(values, _key(values) if isinstance(values, np.ndarray) else (), top)
+        if found.key and not nan:
+            _LAST[0] = found
+    k = found.sorted.shape[1]
+    if k < minimum:  # checked before NaN, as always
+        raise CannotScore(f"needs at least {minimum} alternatives per token; the backend or "
+                          f"log listed {k}")
+    return found
+
+
 def _top(gen: Generation, minimum: int = 1) -> np.ndarray:
     """The answer's top-k log-probabilities, shape ``(T, k)``, sorted descending per row."""
-    if gen.top_logprobs is None:
-        raise CannotScore("the backend gave no top-k alternatives")
-    top = np.asarray(gen.top_logprobs, dtype=np.float64)
-    if top.ndim != 2 or top.shape[0] == 0:
-        raise CannotScore("empty answer: no tokens to score")
-    if top.shape[1] < minimum:
-        raise CannotScore(f"needs at least {minimum} alternatives per token; the backend or "
-                          f"log listed {top.shape[1]}")
-    if np.isnan(top).any():
-        raise CannotScore("the top-k log-probabilities contain NaN")
-    return -np.sort(-top, axis=1)
+    return _topk(gen, minimum).sorted
 
 
 @scorer("probability_margin", needs=_NEEDS_TOP,
@@ -65,16 +127,12 @@ def probability_margin(record: Record) -> float:
     2001, "Active Hidden Markov Models for Information Extraction", IDA
     (margin sampling).
     """
-    p = np.exp(_top(record.greedy, 2))
+    p = _topk(record.greedy, 2).exp
     return float(np.mean(p[:, 0] - p[:, 1]))
 
 
 def _topk_negentropy(gen: Generation) -> np.ndarray:
-    top = _top(gen, 2)
-    p = np.exp(top - top.max(axis=1, keepdims=True))
-    p /= p.sum(axis=1, keepdims=True)  # renormalised over the k listed tokens
-    plogp = np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0)
-    return 1.0 + plogp.sum(axis=1) / math.log(top.shape[1])
+    return _topk(gen, 2).negentropy
 
 
 @scorer("mean_topk_negentropy", needs=_NEEDS_TOP,
@@ -173,6 +231,43 @@ def boosted_token_probability(token_logprob: float, top_logprobs: np.ndarray) ->
     return math.exp(chosen) if chosen > -math.inf else 0.0
 
 
+def _boosted_steps(chosen: np.ndarray, found: _TopK, *, jump: float = BOOSTEDPROB_JUMP,
+                   epsilon: float = BOOSTEDPROB_EPSILON) -> np.ndarray:
+    """:func:`boosted_token_probability` of every step at once: the same values, rounded
+    alike (``tests/test_import_speed_paths.py`` compares them bit for bit), and the same
+    CannotScore as the first step it refuses. Needs log-probabilities <= 0."""
+    top = found.sorted
+    n, k = top.shape
+    # Steps whose cut may lie past the list, in order, as the per-step rule meets them (an
+    # answer the top-k cannot tell about is refused at its first such step, cheaply)
+    beyond = [t for t, v in enumerate(top[:, -1].tolist()) if math.exp(v) > epsilon]
+    for t in beyond:
+        row = np.fromiter(map(math.exp, top[t].tolist()), np.float64, k)
+        last, rest = float(row[-1]), max(0.0, 1.0 - float(row.sum()))
+        if not (rest <= epsilon and last - min(last, rest) > max(jump * last, epsilon)):
+            raise CannotScore(f"boostedprob: the dominant tokens may reach beyond the {k} "
+                              f"listed alternatives (the last has p = {last:.3g} > {epsilon})")
+    # math.exp, as the per-step rule's np.exp of a reversed (strided) view computes it
+    # (numpy's vectorised exp of a contiguous row differs in the last bit now and then)
+    q = np.fromiter(map(math.exp, top.ravel().tolist()), np.float64, n * k).reshape(n, k)
+    full = np.zeros(n, dtype=bool)
+    full[beyond] = True  # every listed token is dominant
+    drop = q[:, :-1] - q[:, 1:]
+    is_cut = (drop > jump * q[:, :-1]) & (drop > epsilon)
+    cut = np.where(full, k - 1, np.where(is_cut.any(axis=1),
+                                         k - 2 - np.argmax(is_cut[:, ::-1], axis=1), -1))
+    rows = np.arange(n)
+    dominant = (cut >= 0) & (chosen >= top[rows, np.maximum(cut, 0)] - 1e-6)
+    # a dominant token: its group's mass, summed as ndarray.sum sums it (in order below 8
+    # terms, which a running sum repeats; pairwise from 8 on, so per step there)
+    mass = np.cumsum(q, axis=1)[rows, np.maximum(cut, 0)]
+    for t in np.flatnonzero(dominant & (cut >= 7)).tolist():
+        mass[t] = q[t, :cut[t] + 1].sum()
+    own = np.fromiter((math.exp(v) if v > -math.inf else 0.0 for v in chosen.tolist()),
+                      np.float64, n)
+    return np.where(dominant, mass, own)
+
+
 @scorer("boostedprob", needs={Need.TOKEN_LOGPROBS, Need.TOP_LOGPROBS},
         readable=as_is("the mean boosted token probability"))
 def boostedprob(record: Record) -> float:
@@ -202,7 +297,9 @@ def boostedprob(record: Record) -> float:
       :func:`dominant_cut`). That is exact whenever the :math:`k`-th listed
       probability is at most 0.005; where a step's dominant group may reach past
       the list, the answer is :class:`CannotScore`, never a guess. With the 10
-      alternatives a run keeps, that is most uncertain answers.
+      alternatives a run keeps, that is most uncertain answers. All steps are
+      computed at once (the same values as step by step, bit for bit:
+      ``tests/test_import_speed_paths.py``).
 
     The needs stay the top-k's (``token_logprobs``, ``top_logprobs``), which
     every ``hf`` record holds too, so an imported record is planned exactly as
@@ -230,14 +327,17 @@ def boostedprob(record: Record) -> float:
         if np.isnan(boosted).any():
             raise CannotScore("token_boosted_prob contains NaN")
         return float(np.mean(boosted))
-    top = _top(gen, 2)
+    found = _topk(gen, 2)
+    top = found.sorted
     if gen.token_logprobs is None:
         raise CannotScore("the backend gave no token logprobs")
     chosen = np.asarray(gen.token_logprobs, dtype=np.float64)
     if chosen.size != top.shape[0]:
         raise CannotScore("token logprobs and top-k alternatives differ in length")
     try:
-        return float(np.mean([boosted_token_probability(lp, row)
+        if chosen.ndim == 1 and (top <= 0.0).all() and not np.isnan(chosen).any():
+            return float(np.mean(_boosted_steps(chosen, found)))
+        return float(np.mean([boosted_token_probability(lp, row)  # unusual values: per step
                               for lp, row in zip(chosen, top)]))
     except CannotScore as exc:
         raise CannotScore(f"{exc.reason}; the record has no token_boosted_prob taken from the "

@@ -40,6 +40,39 @@ def token_statistic(gen: Generation, name: str) -> np.ndarray:
     return out
 
 
+class _Summary:
+    """A statistic's sum, minimum and maximum over the answer, as ``np.sum``, ``np.min`` and
+    ``np.max`` give them (``np.mean`` is the sum over the count, as numpy divides it)."""
+
+    __slots__ = ("key", "maximum", "minimum", "n", "source", "total")
+
+    def __init__(self, source: np.ndarray, key: tuple[object, ...], values: np.ndarray) -> None:
+        self.source, self.key, self.n = source, key, values.size
+        self.total = float(np.add.reduce(values, axis=None))
+        self.minimum = float(np.minimum.reduce(values, axis=None))
+        self.maximum = float(np.maximum.reduce(values, axis=None))
+
+
+# The last answer's summaries, by statistic: the scorers of one record run one after another
+# (msp, mean_logprob and min_logprob read one array; an import runs them all on every record).
+# Found again only for the same array object with the same shape, type and bytes.
+_LAST: dict[str, _Summary] = {}
+
+
+def _summary(gen: Generation, name: str) -> _Summary:
+    """:func:`token_statistic`'s array of ``gen``, summarised (the same CannotScore)."""
+    values = getattr(gen, name)
+    last = _LAST.get(name)
+    if isinstance(values, np.ndarray):
+        key = (values.shape, values.dtype.str, values.tobytes())
+        if last is not None and last.source is values and last.key == key:
+            return last
+        found = _Summary(values, key, token_statistic(gen, name))
+        _LAST[name] = found
+        return found
+    return _Summary(values, (), token_statistic(gen, name))
+
+
 @scorer("msp", needs={Need.TOKEN_LOGPROBS},
         readable=exp_of("the greedy answer's sequence probability P(y | x)"))
 def msp(record: Record) -> float:
@@ -54,7 +87,7 @@ def msp(record: Record) -> float:
     References: [1] Fadeeva et al., 2023, "LM-Polygraph: Uncertainty Estimation
     for Language Models", EMNLP demo (Maximum Sequence Probability).
     """
-    return float(np.sum(token_statistic(record.greedy, "token_logprobs")))
+    return _summary(record.greedy, "token_logprobs").total
 
 
 @scorer("mean_logprob", needs={Need.TOKEN_LOGPROBS},
@@ -71,7 +104,8 @@ def mean_logprob(record: Record) -> float:
     Parity with LM-Polygraph 0.7's own pipeline: |Δ| ≤ 6.2e-6 once its
     answer's end token is removed, 1.4 with it (``benchmarks/results/parity.md``).
     """
-    return float(np.mean(token_statistic(record.greedy, "token_logprobs")))
+    found = _summary(record.greedy, "token_logprobs")
+    return found.total / found.n
 
 
 @scorer("min_logprob", needs={Need.TOKEN_LOGPROBS},
@@ -84,7 +118,7 @@ def min_logprob(record: Record) -> float:
     References: [1] Manakul et al., 2023, "SelfCheckGPT", EMNLP (Max(-log p)
     baseline, negated here so that higher means more confident).
     """
-    return float(np.min(token_statistic(record.greedy, "token_logprobs")))
+    return _summary(record.greedy, "token_logprobs").minimum
 
 
 @scorer("mean_entropy", needs={Need.TOKEN_ENTROPIES},
@@ -102,7 +136,8 @@ def mean_entropy(record: Record) -> float:
     References: [1] Malinin & Gales, 2021, ICLR (average token entropy);
     [2] Manakul et al., 2023, "SelfCheckGPT" (Avg(H)).
     """
-    return -float(np.mean(token_statistic(record.greedy, "token_entropies")))
+    found = _summary(record.greedy, "token_entropies")
+    return -(found.total / found.n)
 
 
 @scorer("max_entropy", needs={Need.TOKEN_ENTROPIES},
@@ -116,7 +151,7 @@ def max_entropy(record: Record) -> float:
 
     References: [1] Manakul et al., 2023, "SelfCheckGPT", EMNLP (Max(H)).
     """
-    return -float(np.max(token_statistic(record.greedy, "token_entropies")))
+    return -_summary(record.greedy, "token_entropies").maximum
 
 
 @scorer("self_certainty", needs={Need.TOKEN_KL_UNIFORM},
