@@ -13,6 +13,7 @@ input (``-``: an import resumes by its file's hash, which a stream does not have
 from __future__ import annotations
 
 import bz2
+import functools
 import gzip
 import io
 import lzma
@@ -59,6 +60,7 @@ class LogSource:
         return log_stem(self.name)
 
 
+@functools.lru_cache(maxsize=64)  # asked once a record, of the same few files
 def log_stem(name: str | Path) -> str:
     """A log's file name without folder, compression and format suffixes (``samples_x``
     of ``logs/samples_x.jsonl.gz``): default ids and lm-eval task names read it."""

@@ -90,6 +90,8 @@ def meaningful_spans(text: str) -> list[tuple[int, int]] | None:
     >>> [text[a:b] for a, b in meaningful_spans(text)]
     ['f', 'a b', '1', '-2']
     """
+    if "(" not in text and "{" not in text:  # no call and no object: nothing can parse to one
+        return None
     candidates = [(m.start(1), m.group(1)) for m in _FENCE.finditer(text)] + [(0, text)]
     begin = min((i for i in (text.find("["), text.find("{")) if i >= 0), default=-1)
     end = max(text.rfind("]"), text.rfind("}"))
