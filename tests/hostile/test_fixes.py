@@ -131,7 +131,8 @@ def test_every_output_option_creates_missing_folders(tmp_path):
 # Path options that name what a command reads; every other Path option is an output.
 _INPUTS = {("run", "fewshot"), ("score", "greedy_file"), ("eval", "with_"),
            ("fit", "background"), ("serve", "calibrator"), ("serve", "policy"),
-           ("abstain", "calibrator"), ("route", "small_run"), ("route", "large_run")}
+           ("abstain", "calibrator"), ("route", "small_run"), ("route", "large_run"),
+           ("run", "ensemble"), ("train", "data"), ("recommend", "run")}
 _FLAGS = {"out": ("--out", "-o"), "json_out": ("--json",), "log_run": ("--log-run",)}
 
 
