@@ -156,18 +156,21 @@ def score(model: Backend, questions: str | Item | Mapping[str, Any], *,  # type:
           scorers: str | Sequence[str] = ..., max_new_tokens: int = ...,
           stop: tuple[str, ...] = ..., seed: int = ..., n_samples: int = ..., judge: str = ...,
           claims: ClaimConfig | bool = ..., grader: str | None = ...,
-          calibrator: CalibratorArg = ...) -> ScoredAnswer: ...
+          calibrator: CalibratorArg = ...,
+          reasoning_tags: tuple[str, str] | str | None = ...) -> ScoredAnswer: ...
 @overload
 def score(model: Backend, questions: Sequence[Question], *,
           scorers: str | Sequence[str] = ..., max_new_tokens: int = ...,
           stop: tuple[str, ...] = ..., seed: int = ..., n_samples: int = ..., judge: str = ...,
           claims: ClaimConfig | bool = ..., grader: str | None = ...,
-          calibrator: CalibratorArg = ...) -> ScoredAnswers: ...
+          calibrator: CalibratorArg = ...,
+          reasoning_tags: tuple[str, str] | str | None = ...) -> ScoredAnswers: ...
 def score(model: Backend, questions: Question | Sequence[Question], *,
           scorers: str | Sequence[str] = DEFAULT_SCORERS, max_new_tokens: int = 32,
           stop: tuple[str, ...] = ("\n",), seed: int = 0, n_samples: int = 0,
           judge: str = "exact", claims: ClaimConfig | bool = False, grader: str | None = None,
-          calibrator: CalibratorArg = None) -> ScoredAnswer | ScoredAnswers:
+          calibrator: CalibratorArg = None,
+          reasoning_tags: tuple[str, str] | str | None = None) -> ScoredAnswer | ScoredAnswers:
     """Answer each question greedily and return the answers with their confidences.
 
     A question is text, an :class:`~confide.core.records.Item`, or a mapping with
@@ -194,6 +197,10 @@ def score(model: Backend, questions: Question | Sequence[Question], *,
     (its scorer is run if not named); None (default) uses the one shipped for this
     model, if any, for the first of ``scorers`` that has one; False: none. A calibrator
     fitted on another model or prompt style says so in ``calibration["warnings"]``.
+
+    ``reasoning_tags`` (``"<think>,</think>"``; default None: off): a reasoning model's
+    reply is split into its trace (``answer.record.greedy.trace``) and the final answer,
+    which is graded and scored (as ``confide run --reasoning-tags``).
     """
     items, single = as_items(questions)
     if calibrator is None:
@@ -202,7 +209,8 @@ def score(model: Backend, questions: Question | Sequence[Question], *,
         chosen = None if calibrator is False else as_calibrator(calibrator)
     answers = answer_questions(model, items, scorers=scorers, max_new_tokens=max_new_tokens,
                                stop=stop, seed=seed, n_samples=n_samples, judge=judge,
-                               claims=claims, grader=grader, calibrator=chosen)
+                               claims=claims, grader=grader, calibrator=chosen,
+                               reasoning_tags=reasoning_tags)
     return answers[0] if single else answers
 
 

@@ -48,12 +48,13 @@ from typing import Any, Protocol, runtime_checkable
 from confide.core.errors import InvalidInputError
 from confide.core.needs import Need
 from confide.core.options import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, check_option, check_stop
+from confide.core.reasoning import reasoning_tags
 from confide.core.records import Generation, Message
 
 __all__ = ["Backend", "GenerationResult", "GenerationSpec", "GeneratesAsync",
            "HasAttentions", "HasChatTemplate", "HasConfig", "HasContextWindow", "HasLayers",
            "NextTokenScorer", "Prompt", "ScoresUnconditioned", "Streams", "TokenCallback",
-           "TokenEvent", "Tokenizes", "encode_prompt", "item_seed"]
+           "TokenEvent", "Tokenizes", "encode_prompt", "item_seed", "takes_thinking"]
 
 Prompt = str | list[Message]
 
@@ -72,17 +73,25 @@ class GenerationSpec:
     top_k_alternatives: int = 10
     hidden_layers: tuple[int, ...] = ()
     greedy: bool = True
+    #: A reasoning model's trace tags (``("<think>", "</think>")``), None: reasoning off.
+    #: On, a chat template with a thinking mode is rendered with it on
+    #: (:func:`encode_prompt`) and a server's reasoning field is read by these tags; the
+    #: pipeline splits every answer by them (:class:`confide.pipeline.answering.Pipeline`).
+    reasoning_tags: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         # The one set of rules (confide.core.options) also guards direct API use.
         for name in ("max_new_tokens", "n_samples", "temperature", "top_p"):
             check_option(name, getattr(self, name))
         check_stop(self.stop, most=None)
+        if self.reasoning_tags is not None:  # the tags' rules: confide.core.reasoning
+            object.__setattr__(self, "reasoning_tags", reasoning_tags(self.reasoning_tags))
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["stop"] = list(self.stop)
         d["hidden_layers"] = list(self.hidden_layers)
+        d["reasoning_tags"] = None if self.reasoning_tags is None else list(self.reasoning_tags)
         return d
 
 
@@ -112,6 +121,11 @@ class TokenEvent:
     (decoded, end-of-sequence left out), ``token`` this token's text. ``logprob``
     and ``entropy`` are this step's statistics (None where the backend cannot give
     them); ``top`` its top alternatives as (token, log-probability) pairs.
+
+    A reasoning reply whose trace the backend gets apart from the answer (a server's
+    ``reasoning_content`` deltas) sets ``trace``, the reasoning so far, and then
+    ``text`` is the answer alone; ``in_trace`` says this token is the reasoning's.
+    Otherwise ``trace`` is None and a trace, if any, is in ``text`` between its tags.
     """
 
     prompt: int
@@ -121,6 +135,8 @@ class TokenEvent:
     logprob: float | None
     entropy: float | None = None
     top: tuple[tuple[str, float], ...] = ()
+    trace: str | None = None
+    in_trace: bool = False
 
 
 TokenCallback = Callable[[TokenEvent], "str | None"]
@@ -260,14 +276,32 @@ def item_seed(run_seed: int, item_id: str) -> int:
     return int.from_bytes(digest[:8], "little") >> 1
 
 
-def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:
+def takes_thinking(tokenizer: Any) -> bool:
+    """Whether the tokenizer's chat template has a thinking mode it turns on and off by
+    ``enable_thinking`` (Qwen3's, and templates written after it). The bundled models'
+    templates (SmolLM2-135M, gemma3-270m) do not: with them a reasoning run asks for a
+    trace in the prompt itself (``--prompt cot``)."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):  # named templates: any of them
+        template = " ".join(str(t) for t in template.values())
+    return isinstance(template, str) and "enable_thinking" in template
+
+
+def encode_prompt(tokenizer: Any, prompt: Prompt, *, thinking: bool = False) -> list[int]:
     """Token ids of a prompt for a local tokenizer (``hf`` and ``vllm`` alike): chat
-    messages through the tokenizer's chat template with the generation prompt, text as is."""
+    messages through the tokenizer's chat template with the generation prompt, text as is.
+
+    ``thinking``: render the chat template with ``enable_thinking=True`` where it takes
+    it (:func:`takes_thinking`); a template without a thinking mode is rendered as
+    always (the bundled models': their replies hold a trace only when the prompt asks
+    for one)."""
     if isinstance(prompt, list):
         if not getattr(tokenizer, "chat_template", None):
             raise InvalidInputError(
                 "chat messages given but the model's tokenizer has no chat template",
                 field="prompt")
-        text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+        extra = {"enable_thinking": True} if thinking and takes_thinking(tokenizer) else {}
+        text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False,
+                                             **extra)
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
     return list(tokenizer(prompt)["input_ids"])

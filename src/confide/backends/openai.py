@@ -30,6 +30,15 @@ exponential backoff up to ``max_retries`` times; other 4xx answers are not.
 A prompt that still fails comes back as ``GenerationResult(greedy=None,
 error=...)``: the runner records it as a failure and a resumed run retries it.
 
+A reasoning model's trace that the server keeps apart (``message.reasoning_content`` or
+``message.reasoning``, and the ``delta`` fields of the same names in a stream) is the
+answer's :attr:`~confide.core.records.Generation.trace`, whatever the run's setting
+(:func:`~confide.backends.openai_logprobs.generation_from_choice`, ``reasoning=True``):
+the ``content`` alone is the final answer. A ``<think>`` block inside ``content`` is
+split by the pipeline's rule (``reasoning_tags``), as every backend's answers are; a
+reasoning pipeline counts the trace (:attr:`~confide.core.needs.Need.TRACE`) among what
+any backend gives, this one included.
+
 With ``on_token`` (streaming) the greedy answer is asked with ``stream: true``
 and each chunk's tokens are reported as they arrive, with the server's
 log-probabilities when it sends them (no entropy while streaming; the assembled
@@ -73,10 +82,15 @@ from confide.backends.base import (
     TokenCallback,
     TokenEvent,
 )
-from confide.backends.openai_logprobs import MalformedResponse, generation_from_choice
+from confide.backends.openai_logprobs import (
+    REASONING_FIELDS,
+    MalformedResponse,
+    generation_from_choice,
+)
 from confide.backends.topk import TOPK_STATISTICS, topk_entropies
 from confide.core.errors import BackendError, BackendTimeout, InvalidInputError, RateLimited
 from confide.core.needs import Need
+from confide.core.reasoning import DEFAULT_TAGS, with_trace
 from confide.core.records import Generation, Message
 
 __all__ = ["OpenAIBackend", "endpoint_url"]
@@ -471,6 +485,7 @@ class OpenAIBackend(Backend, Streams, GeneratesAsync):
         url = endpoint_url(self.base_url, "chat/completions")
         shown = _public_url(url)
         pieces: list[str] = []
+        thoughts: list[str] = []  # the trace's deltas (reasoning_content), when it sends any
         entries: list[Any] = []
         finish: str | None = None
         try:
@@ -489,7 +504,7 @@ class OpenAIBackend(Backend, Streams, GeneratesAsync):
                         ended = True
                         break
                     stop, finished = self._stream_chunk(data, shown, pieces, entries, index,
-                                                        on_token)
+                                                        on_token, thoughts)
                     finish = stop or finished or finish
                     if stop is not None:
                         ended = True
@@ -503,18 +518,27 @@ class OpenAIBackend(Backend, Streams, GeneratesAsync):
             raise BackendError(f"{shown}: the stream was cut: {type(exc).__name__}: "
                                f"{self._secret.mask(str(exc)) or 'no detail'}") from exc
         text = "".join(pieces)
+        trace = "".join(thoughts) if thoughts else None
         if not entries:  # the server sent no log-probabilities: text only
+            if trace is not None:
+                return with_trace(text, trace, finish_reason=finish or "stop")
             return Generation(text=text.strip(), finish_reason=finish or "stop")
+        message = {"content": text} if trace is None else {"content": text,
+                                                            "reasoning_content": trace}
         try:
-            return self._parse_choice({"message": {"content": text}, "finish_reason": finish,
+            return self._parse_choice({"message": message, "finish_reason": finish,
                                        "logprobs": {"content": entries}}, spec)
         except MalformedResponse as exc:
             raise BackendError(f"{shown}: unusable stream: {exc}") from exc
 
     def _stream_chunk(self, data: str, shown: str, pieces: list[str], entries: list[Any],
-                      index: int, on_token: TokenCallback) -> tuple[str | None, str | None]:
+                      index: int, on_token: TokenCallback, thoughts: list[str] | None = None
+                      ) -> tuple[str | None, str | None]:
         """Take one ``data:`` chunk and report its tokens. Returns the reason ``on_token``
-        gave to stop (or None) and the chunk's finish reason (or None)."""
+        gave to stop (or None) and the chunk's finish reason (or None). A delta of the
+        trace (``reasoning_content``, ``reasoning``) goes to ``thoughts``, its tokens
+        reported with ``trace`` and ``in_trace`` set (:class:`TokenEvent`)."""
+        thoughts = [] if thoughts is None else thoughts
         try:
             chunk = json.loads(data)
         except ValueError as exc:
@@ -529,13 +553,22 @@ class OpenAIBackend(Backend, Streams, GeneratesAsync):
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             finish = choice.get("finish_reason") or finish
-            piece = (choice.get("delta") or {}).get("content") or ""
+            delta = choice.get("delta") or {}
+            piece = delta.get("content") or "" if isinstance(delta, dict) else None
+            thought = next((delta.get(k) for k in REASONING_FIELDS if delta.get(k)), None) \
+                if isinstance(delta, dict) else None
             lp = choice.get("logprobs")
             got = (lp.get("content") if isinstance(lp, dict) else None) or []
-            if not isinstance(piece, str) or not isinstance(got, list):
+            if not isinstance(piece, str) or not isinstance(got, list) or not (
+                    thought is None or isinstance(thought, str)):
                 raise BackendError(f"{shown}: a malformed stream chunk: {self._short(data)}")
+            # before any answer text, a token without it is the trace's (its tags too)
+            in_trace = not any(pieces) and (thought is not None or not piece)
+            if thought is not None:
+                thoughts.append(thought)
             pieces.append(piece)
             so_far = "".join(pieces)
+            trace = "".join(thoughts) if thoughts or in_trace else None
             steps: list[tuple[str, float | None, tuple[tuple[str, float], ...]]] = []
             try:
                 for entry in got:
@@ -546,10 +579,11 @@ class OpenAIBackend(Backend, Streams, GeneratesAsync):
                 raise BackendError(f"{shown}: a malformed log-probability in the stream "
                                    f"({exc!r})") from exc
             entries.extend(got)
-            if not steps and piece:
-                steps.append((piece, None, ()))
+            if not steps and (piece or thought):
+                steps.append((piece or thought or "", None, ()))
             for token, logprob, top in steps:
-                reason = on_token(TokenEvent(index, None, so_far, token, logprob, None, top))
+                reason = on_token(TokenEvent(index, None, so_far, token, logprob, None, top,
+                                             trace=trace, in_trace=in_trace))
                 if reason:
                     return reason, finish
         return None, finish
@@ -578,7 +612,9 @@ class OpenAIBackend(Backend, Streams, GeneratesAsync):
         entropies are bounded from its top-k as an imported reply's are
         (:func:`~confide.backends.topk.topk_entropies`)."""
         gen = generation_from_choice(choice, logprobs=self.logprobs,
-                                     top_k_alternatives=spec.top_k_alternatives, api="chat")
-        if gen.top_logprobs is not None:
-            gen.token_entropies = topk_entropies(gen)[0]
+                                     top_k_alternatives=spec.top_k_alternatives, api="chat",
+                                     reasoning=True, tags=spec.reasoning_tags or DEFAULT_TAGS)
+        for span in (gen, gen.trace):  # a reasoning reply's trace gets its bounds too
+            if span is not None and span.top_logprobs is not None:
+                span.token_entropies = topk_entropies(span)[0]
         return gen

@@ -29,6 +29,13 @@ Field map (one choice; ``t`` a token of the answer, ``j`` an alternative):
 ``top_logprobs[t, j]``  their values, in that order (a stable sort)
 ======================  =====================================================
 
+A reasoning reply (``reasoning=True``) whose message keeps the trace apart,
+``message.reasoning_content`` (vLLM's reasoning parsers, DeepSeek) or
+``message.reasoning`` (vLLM from 0.10, OpenRouter), is the final answer
+(``message.content``) with that trace (:func:`confide.core.reasoning.with_trace`): the
+log-probabilities then cover the trace's tokens and the answer's (vLLM), or the answer's
+alone, and :func:`confide.core.reasoning.trace_split` finds where they part.
+
 Chat alternatives keep the server's order (the API lists them best first). Not
 read: ``index`` (the caller orders the choices), ``bytes``, ``text_offset``,
 ``message.role``, ``refusal`` and tool calls. Unless ``api`` says which, a choice
@@ -56,9 +63,14 @@ from typing import Any, Literal
 
 import numpy as np
 
+from confide.core.reasoning import DEFAULT_TAGS, Tags, with_trace
 from confide.core.records import Generation
 
-__all__ = ["MalformedResponse", "answer_length", "generation_from_choice"]
+__all__ = ["REASONING_FIELDS", "MalformedResponse", "answer_length", "generation_from_choice",
+           "reasoning_of"]
+
+#: The message fields that hold a reasoning model's trace, in the order they are read.
+REASONING_FIELDS = ("reasoning_content", "reasoning")
 
 # One answer's (tokens, log-probabilities, alternatives per token) as a reply lists them.
 Steps = tuple[list[str], list[float], list[list[tuple[str, float]]]]
@@ -78,7 +90,9 @@ class MalformedResponse(ValueError):
 
 def generation_from_choice(choice: Any, *, logprobs: bool | None = None,
                            top_k_alternatives: int = 0,
-                           api: Literal["chat", "completions"] | None = None) -> Generation:
+                           api: Literal["chat", "completions"] | None = None,
+                           reasoning: bool = False, tags: Tags | None = DEFAULT_TAGS
+                           ) -> Generation:
     """The :class:`~confide.core.records.Generation` of one choice of an OpenAI response.
 
     Parameters
@@ -92,6 +106,9 @@ def generation_from_choice(choice: Any, *, logprobs: bool | None = None,
         decides whether an answer of no tokens gets empty ``top_logprobs``.
     api : ``"chat"`` or ``"completions"``: the shape the choice must have; None
         (default): chat where the choice has a ``message`` or no ``text``.
+    reasoning : read a chat message's reasoning field (:data:`REASONING_FIELDS`) as the
+        trace (module notes); False (default): the content alone.
+    tags : where the trace's tokens end when they hold the closing tag.
 
     Returns
     -------
@@ -132,8 +149,17 @@ def generation_from_choice(choice: Any, *, logprobs: bool | None = None,
         api = "chat" if isinstance(choice.get("message"), dict) or "text" not in choice \
             else "completions"
     if api == "chat":
-        return _generation(choice, _chat_text(choice), logprobs, top_k_alternatives,
-                           _chat_steps)
+        raw = _chat_text(choice)
+        trace = reasoning_of(choice["message"]) if reasoning else None
+        if trace is None:
+            return _generation(choice, raw, logprobs, top_k_alternatives, _chat_steps)
+        whole = _generation(choice, raw, logprobs, top_k_alternatives, _chat_steps, cut=False)
+        try:
+            return with_trace(raw, trace, whole if whole.tokens else None, tags=tags,
+                              finish_reason=whole.finish_reason)
+        except ValueError as exc:
+            raise MalformedResponse(f"{exc} (the message's reasoning and content)",
+                                    field="logprobs.content") from exc
     return _generation(choice, _legacy_text(choice), logprobs, top_k_alternatives,
                        _legacy_steps)
 
@@ -150,6 +176,21 @@ def _chat_text(choice: dict[str, Any]) -> str:
     return raw
 
 
+def reasoning_of(message: Any) -> str | None:
+    """A message's (or a stream delta's) trace: the first of :data:`REASONING_FIELDS` it
+    holds and is not null; None for none. :class:`MalformedResponse` for one not text."""
+    if not isinstance(message, dict):
+        return None
+    for key in REASONING_FIELDS:
+        value = message.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise MalformedResponse(f"a message's {key} is not text", field=f"message.{key}")
+        return value
+    return None
+
+
 def _legacy_text(choice: dict[str, Any]) -> str:
     raw = choice.get("text")
     if raw is None:
@@ -160,7 +201,7 @@ def _legacy_text(choice: dict[str, Any]) -> str:
 
 
 def _generation(choice: dict[str, Any], raw: str, logprobs: bool | None,
-                top_k_alternatives: int, steps_of: Any) -> Generation:
+                top_k_alternatives: int, steps_of: Any, cut: bool = True) -> Generation:
     finish = str(choice.get("finish_reason") or "stop")
     gen = Generation(text=raw.strip(), finish_reason=finish)
     if logprobs is False:
@@ -176,7 +217,8 @@ def _generation(choice: dict[str, Any], raw: str, logprobs: bool | None,
     if not all(math.isfinite(v) for v in values) or not all(
             math.isfinite(v) for step in tops for _, v in step):
         raise MalformedResponse("a log-probability is not finite", field="logprobs")
-    n = answer_length(tokens, raw)
+    # uncut (a reasoning reply): every token, the trace's and the answer's
+    n = answer_length(tokens, raw) if cut else len(tokens)
     gen.tokens = tokens[:n]
     gen.token_logprobs = np.asarray(values[:n], dtype=np.float32)
     k = min([len(step) for step in tops[:n]], default=0)

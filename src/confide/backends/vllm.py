@@ -33,6 +33,18 @@ likely tokens (``logprobs=K``, from the raw logits: ``logprobs_mode=
   token_kl_uniform";
 - hidden states: vLLM gives none, so probes and density scorers are skipped.
 
+Ensembles (``confide run --ensemble DIR``) are refused here, with the hf backend named:
+the members (:mod:`confide.backends.hf.members`) run inside the local transformers model.
+What would work with vLLM: it serves several LoRA adapters on one base
+(``--enable-lora``, one ``LoRARequest`` per request), so each member's teacher-forced
+log-probabilities of an answer are one ``prompt_logprobs`` request per adapter over
+prompt + answer; written as ``member_logprobs`` into confide's JSON Lines
+(:mod:`confide.ingest.jsonl`), ``confide score`` feeds the sequence-level ensemble
+scorers (``ens_seq_total_pe`` ...) from them. Not available that way: the members' whole
+distributions (``prompt_logprobs`` gives the top-K), so the entropy-based measures
+(mutual information, expected entropy, EPKL) stay hf-only; SVE and MC-dropout members
+are not LoRA adapters vLLM can serve.
+
 Throughput: a run's block of ``--batch-size`` questions is one call to the
 engine, so give it hundreds (``benchmarks/gpu/vllm_check.sh`` uses one block of
 200 questions).

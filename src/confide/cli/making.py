@@ -94,7 +94,8 @@ def run(
         help="your data file: split references into aliases at this text, e.g. ';'")] = None,
     prompt: Annotated[str, typer.Option(
         help="your QA file: kshot (Question:/Answer: exemplars, short answers), chat, or "
-             "auto (kshot for short-answer QA without choices, else chat)")] = "auto",
+             "auto (kshot for short-answer QA without choices, else chat); gsm8k: cot "
+             "(k-shot chain of thought, each trace in <think> tags)")] = "auto",
     fewshot: Annotated[Optional[Path], typer.Option(
         help="your QA file: exemplars in the data's format, never evaluated (default with "
              "kshot: TriviaQA's five)")] = None,
@@ -108,6 +109,18 @@ def run(
         "--long-form", help="ask for paragraphs; split, score and grade each answer claim "
                             "by claim; write RUN/refined.jsonl with doubtful claims dropped")
                          ] = False,
+    ensemble: Annotated[Optional[Path], typer.Option(
+        help="ensemble directory (confide train): score every answer under each member too, "
+             "for the ens_* scorers (hf backend)")] = None,
+    ensemble_greedy: Annotated[str, typer.Option(
+        help="--ensemble: the greedy answer is the base model's (base: what the deployed "
+             "model answers, one pass cheaper) or the members' mean's (mean: slower)")
+                               ] = "base",
+    reasoning_tags: Annotated[Optional[str], typer.Option(
+        help="tags of a reasoning model's trace ('<open>,<close>', as confide score): each "
+             "answer is split into its trace and final answer, which is graded and scored; "
+             "none (default; --prompt cot: '<think>,</think>'): answers are read whole")
+                              ] = None,
 ) -> None:
     """Generate, score, grade and store a run; print how well each scorer predicts correctness."""
     from confide import api
@@ -133,8 +146,11 @@ def run(
                                judge_options={"model": judge_model} if judge_model else {},
                                hidden_layers=int_list(hidden_layers, "--hidden-layers"),
                                on_bad_record=on_bad_record,
+                               ensemble=None if ensemble is None else str(ensemble),
+                               ensemble_greedy=ensemble_greedy,
                                task_options={k: v for k, v in mapping.items()
-                                             if v is not None})
+                                             if v is not None},
+                               reasoning_tags=reasoning_tags)  # type: ignore[arg-type]
         check_distribution(ray, workers, threads_per_worker)
     except InvalidInputError as exc:
         raise typer.BadParameter(str(exc).removeprefix(f"{exc.field}: "),

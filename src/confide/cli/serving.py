@@ -55,6 +55,10 @@ def serve(
     log_run: Annotated[Optional[Path], typer.Option(
         help="store every request and reply in this run directory, to label (confide "
              "label) and evaluate (confide eval/report) later; a restart appends")] = None,
+    reasoning_tags: Annotated[str, typer.Option(
+        help="tags of a reasoning model's trace ('<open>,<close>'): replies carry the trace "
+             "as reasoning_content and the final answer, which is scored, as content; none "
+             "(default): replies are read whole")] = "none",
 ) -> None:
     """Serve a model over an OpenAI-compatible API, with confidences in every reply."""
     from confide import api
@@ -73,6 +77,7 @@ def serve(
                                   early_abstain_below=early_abstain_below,
                                   early_abstain_after=early_abstain_after,
                                   summary_samples=summary_samples,
-                                  log_run=str(log_run) if log_run else None)
+                                  log_run=str(log_run) if log_run else None,
+                                  reasoning_tags=reasoning_tags)
     err_console.print(f"serving {model} on http://{host}:{port}/v1")
     api.run_server(server, host=host, port=port)

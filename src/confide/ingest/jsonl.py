@@ -24,6 +24,11 @@ Field map
 ``reasoning``          optional: the reasoning trace's text, when kept apart from
                        ``answer`` (the tokens and statistics then cover the trace
                        and the answer, or the answer alone)
+``member_logprobs``    optional: the answer's tokens under each of :math:`M`
+                       ensemble members (teacher forcing), one list per member:
+                       ``[[log p_1(y_1), ..., log p_1(y_T)], ..., [log p_M(y_1), ...]]``,
+                       each finite and :math:`\\le 0`, every list as long as the
+                       answer's tokens (``tokens``/``token_logprobs`` when given)
 ``samples``            optional: sampled answers, each a text or an object with
                        ``answer`` and the optional statistics above
 ``references``         optional: accepted answers (text, number or a list)
@@ -44,14 +49,21 @@ Detected (``format="auto"``) by ``question`` with a text ``answer``.
 
 Capabilities: ``token_logprobs``, ``top_logprobs`` and ``token_entropies`` (lower
 bounds from the top-k, marked in ``Imported.approximate``) when the answer and
-every sample have them; ``samples`` with samples.
+every sample have them; ``samples`` with samples. ``member_logprobs`` become the
+answer's :class:`~confide.core.records.MemberStatistics` (chosen-token
+log-probabilities only: the members' entropies need whole distributions), which feed
+the sequence-level ensemble scorers (``ens_seq_total_pe``/``_ep``,
+``ens_seq_rmi_pe``/``_ep``) when every sample has them; a log from ``confide run
+--ensemble`` exported as JSON Lines carries them.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from confide.core.records import Generation, Item
+import numpy as np
+
+from confide.core.records import Generation, Item, MemberStatistics
 from confide.ingest.common import (
     FORMATS,
     BadField,
@@ -77,7 +89,7 @@ from confide.ingest.common import (
 __all__ = ["fits", "parse"]
 
 _KNOWN = ("id", "question", "answer", "reasoning", "tokens", "token_logprobs", "top_logprobs",
-          "samples", "references", "label")
+          "member_logprobs", "samples", "references", "label")
 
 
 def fits(obj: dict[str, Any]) -> Fit | None:
@@ -106,8 +118,9 @@ def _answer(obj: dict[str, Any], where: str, ctx: Context) -> tuple[Generation, 
     reasoning = reasoning_field(obj, ("reasoning",), where)
     if tokens and reasoning is None:  # with a trace, answer_with_trace checks the tokens
         check_spelling(tokens, text, f"{where}tokens")
+    members = _member_logprobs(obj, where, next(iter(lengths.values()), None))
     if values is None and tops is None:
-        gen = Generation(text=text.strip(), tokens=list(tokens or []))
+        gen = Generation(text=text.strip(), tokens=list(tokens or []), members=members)
         return answer_with_trace(gen, reasoning, ctx, f"{where}tokens"), {}
     n = next(iter(lengths.values()))
     steps = []
@@ -126,7 +139,32 @@ def _answer(obj: dict[str, Any], where: str, ctx: Context) -> tuple[Generation, 
         steps.append(Step(tokens[t] if tokens is not None else "", logprob, top))
     gen, notes = build_generation(text, steps, cut=False, bounds=ctx.entropy_bounds,
                                   tokens_known=tokens is not None)
+    gen.members = members
     return answer_with_trace(gen, reasoning, ctx, f"{where}tokens"), notes
+
+
+def _member_logprobs(obj: dict[str, Any], where: str, n: int | None
+                     ) -> MemberStatistics | None:
+    """``member_logprobs``: one list of ``n`` log-probabilities per member (``n`` the
+    answer's tokens when known), as chosen-token member statistics."""
+    rows = get_list(obj, "member_logprobs", f"{where}member_logprobs")
+    if rows is None:
+        return None
+    if not rows:
+        raise BadField(f"{where}member_logprobs", "needs one list per ensemble member, "
+                                                  "got none")
+    values = []
+    for m, row in enumerate(rows):
+        field = f"{where}member_logprobs[{m}]"
+        if not isinstance(row, list):
+            raise BadField(field, "must be a list of the answer's token log-probabilities "
+                                  "under this member")
+        want = n if n is not None else len(rows[0]) if isinstance(rows[0], list) else None
+        if len(row) != want:
+            raise BadField(field, f"{len(row)} log-probabilities for {want} tokens: every "
+                                  "member scores each of the answer's tokens")
+        values.append([check_logprob(v, f"{field}[{t}]") for t, v in enumerate(row)])
+    return MemberStatistics(logprobs=np.asarray(values, dtype=np.float64), method="imported")
 
 
 def parse(obj: dict[str, Any], ctx: Context) -> Imported:

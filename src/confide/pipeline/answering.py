@@ -12,24 +12,31 @@ server (:mod:`confide.serve.app`) all go through a :class:`Pipeline`:
    into a :class:`~confide.core.records.Record`, scores it (NaN with a reason where
    a scorer cannot answer) and grades it when a grader is set and the item
    has references.
+
+A reasoning pipeline (``reasoning_tags`` set) splits every answer, greedy and sampled,
+into its trace and final answer there (:func:`split_result`), whichever backend made it:
+the one place where generations become records. Its scorer plan counts the trace among
+what the backend gives (``Need.TRACE``), so DeepConf's scorers of the trace run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from confide.backends.base import Backend, GenerationResult, GenerationSpec
 from confide.core.errors import BackendError, InvalidInputError
-from confide.core.reasoning import missing_answer_reason
-from confide.core.records import Item, Record
+from confide.core.needs import Need
+from confide.core.reasoning import Tags, missing_answer_reason, split_reasoning
+from confide.core.records import Generation, Item, Record
 from confide.equivalence.clustering import Judge
 from confide.grading import GRADERS, grade
 from confide.pipeline.scorer_plan import ScorerPlan, plan_scorers, score_record
 from confide.scorers import ScorerSpec, ScoringContext
 from confide.tasks import Task
 
-__all__ = ["DEFAULT_SCORERS", "GenerationFailed", "Pipeline", "check_question", "grade_record"]
+__all__ = ["DEFAULT_SCORERS", "GenerationFailed", "Pipeline", "check_question", "grade_record",
+           "split_result"]
 
 DEFAULT_SCORERS = ("msp", "mean_logprob", "min_logprob", "mean_entropy", "max_entropy",
                    "self_certainty", "length")
@@ -62,12 +69,28 @@ def grade_record(record: Record, grader: str, backend: Backend | None = None) ->
         record.grades[grader] = grade(record.greedy.text, record.item, grader, **options)
 
 
+def split_result(result: GenerationResult, tags: Tags | None) -> GenerationResult:
+    """``result`` with its greedy answer and every sample split into trace and final answer
+    by ``tags`` (:func:`~confide.core.reasoning.split_reasoning`; a generation that has a
+    trace already, from a server's reasoning field, is kept); ``result`` itself when
+    ``tags`` is None."""
+    if tags is None:
+        return result
+
+    def split(gen: Generation) -> Generation:
+        return split_reasoning(gen, tags)
+
+    return replace(result, greedy=None if result.greedy is None else split(result.greedy),
+                   samples=[split(g) for g in result.samples])
+
+
 @dataclass
 class Pipeline:
     """A backend with the scorers it can feed, an optional judge and an optional grader.
 
     Build it with :meth:`build`; ``skipped`` maps each chosen scorer the
-    backend cannot feed to the reason.
+    backend cannot feed to the reason. ``reasoning_tags``: split every answer into
+    trace and final answer by these tags (None: answers are read whole).
     """
 
     backend: Backend
@@ -76,19 +99,26 @@ class Pipeline:
     judge: Judge | None = None
     grader: str | None = None
     seed: int = 0
+    reasoning_tags: Tags | None = None
 
     @classmethod
     def build(cls, backend: Backend, scorers: Sequence[str] = DEFAULT_SCORERS, *,
-              judge: Judge | None = None, grader: str | None = None, seed: int = 0
-              ) -> Pipeline:
-        """Plan ``scorers`` for ``backend``'s capabilities and check ``grader``'s name."""
+              judge: Judge | None = None, grader: str | None = None, seed: int = 0,
+              reasoning_tags: Tags | None = None) -> Pipeline:
+        """Plan ``scorers`` for ``backend``'s capabilities (with the trace, ``Need.TRACE``,
+        when ``reasoning_tags`` are set) and check ``grader``'s name."""
         if grader is not None:
             GRADERS[grader]
-        usable, skipped = plan_scorers(scorers, backend.capabilities)
-        return cls(backend, usable, skipped, judge, grader, seed)
+        usable, skipped = plan_scorers(scorers, capabilities(backend, reasoning_tags))
+        return cls(backend, usable, skipped, judge, grader, seed, reasoning_tags)
 
     def __post_init__(self) -> None:
         self._plan = ScorerPlan(self.scorers)
+
+    @property
+    def capabilities(self) -> frozenset[Need]:
+        """What the scorers were planned for: the backend's, with the trace when reasoning."""
+        return capabilities(self.backend, self.reasoning_tags)
 
     @property
     def n_samples(self) -> int:
@@ -112,6 +142,7 @@ class Pipeline:
         pipeline's). Raises :class:`GenerationFailed` when the backend gave no
         answer for the item.
         """
+        result = split_result(result, self.reasoning_tags)
         if result.greedy is None:
             raise GenerationFailed(item.id, result.error or "the backend returned no answer")
         record = Record(item=item, greedy=result.greedy, samples=result.samples,
@@ -122,3 +153,10 @@ class Pipeline:
         if self.grader is not None:
             grade_record(record, self.grader, self.backend)
         return record
+
+
+def capabilities(backend: Backend, reasoning_tags: Tags | None = None) -> frozenset[Need]:
+    """What ``backend`` gives, with the trace (``Need.TRACE``) in a reasoning pipeline:
+    every answer is split there, whichever backend made it."""
+    caps = frozenset(backend.capabilities)
+    return caps | {Need.TRACE} if reasoning_tags is not None else caps

@@ -34,9 +34,11 @@ from confide.scorers import ScorerSpec, ScoringContext, run_scorer, scorer_at
 __all__ = ["IMPORTABLE", "Capabilities", "ScorerPlan", "plan_scorers", "record_capabilities",
            "score_record", "skip_reason"]
 
-#: What an imported record can hold: a log has no model behind it and at most the top-k.
+#: What an imported record can hold: a log has no model behind it and at most the top-k
+#: (and, from confide's jsonl, each ensemble member's chosen-token log-probabilities).
 IMPORTABLE = frozenset({Need.TOKEN_LOGPROBS, Need.TOP_LOGPROBS, Need.TOKEN_ENTROPIES,
-                        Need.SAMPLES, Need.CHOICE_LOGLIKELIHOODS, Need.TRACE})
+                        Need.SAMPLES, Need.CHOICE_LOGLIKELIHOODS, Need.TRACE,
+                        Need.MEMBER_LOGPROBS})
 #: Needs a record carries itself, so each record is checked for them.
 _HELD = frozenset({*TOKEN_STATISTICS, *MEMBER_STATISTICS, Need.SAMPLES,
                    Need.CHOICE_LOGLIKELIHOODS, Need.TRACE})

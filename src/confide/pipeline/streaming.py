@@ -48,6 +48,19 @@ tail that could still be the start of a stop sequence, trailing whitespace or
 an incomplete character is held back until the next token decides. When the
 row ends, :meth:`AnswerStream.closing_delta` gives the rest of the final text,
 so the deltas of a choice always add up to its final answer.
+
+A reasoning reply (``tags`` set, or a backend that gets the trace apart:
+:attr:`TokenEvent.trace <confide.backends.base.TokenEvent.trace>`) is two spans, as its
+record is (:mod:`confide.core.reasoning`): each token is the trace's up to and including
+the one that completes the closing tag, the answer's after it. A trace token's update
+carries ``trace_delta`` (the trace's safe text: a tail that may become the closing tag
+waits) and the trace's own running confidence; it is never held back nor judged.
+Early abstention, the holdback and the answer's running confidence read the final
+answer's tokens alone: ``after`` counts answer tokens, so a long trace never trips the
+policy and never counts toward its warm-up. A reply that opens with a partial opening
+tag (``<th``) is undecided until the tag completes or cannot: its tokens count as the
+trace's and send nothing (they are the tag). :meth:`AnswerStream.closing_trace_delta`
+gives the rest of the trace at the end, so the trace deltas add up to the trace.
 """
 
 from __future__ import annotations
@@ -69,6 +82,7 @@ from confide.backends.base import (
 )
 from confide.core.errors import InvalidInputError
 from confide.core.options import check_option
+from confide.core.reasoning import Tags
 from confide.core.records import Item, Record
 from confide.pipeline.answering import Pipeline
 
@@ -205,7 +219,11 @@ class _TraceWindow:
 
 @dataclass(frozen=True)
 class TokenUpdate:
-    """One token of one choice: the text to send now and its confidence figures."""
+    """One token of one choice: the text to send now and its confidence figures.
+
+    ``span``: ``"answer"``, or ``"trace"`` for a token of a reasoning reply's trace;
+    ``running_confidence`` and ``n_tokens`` are that span's. ``trace_delta``: the trace's
+    text to send now (``delta`` is the final answer's)."""
 
     choice: int
     delta: str
@@ -215,6 +233,8 @@ class TokenUpdate:
     running_confidence: float | None
     n_tokens: int
     top: tuple[tuple[str, float], ...] = ()
+    trace_delta: str = ""
+    span: str = "answer"
 
 
 @dataclass
@@ -225,6 +245,7 @@ class StreamEnd:
     abstained: str | None = None
     record: Record | None = None
     closing: dict[int, str] = field(default_factory=dict)
+    closing_trace: dict[int, str] = field(default_factory=dict)  # the traces' rest
 
 
 def safe_text(text: str, stop: tuple[str, ...] = ()) -> str:
@@ -248,12 +269,30 @@ def safe_text(text: str, stop: tuple[str, ...] = ()) -> str:
 
 
 @dataclass
-class _Choice:
-    emitted: str = ""  # the text of the deltas made so far (held back or handed on)
-    sent: str = ""  # the text of the deltas handed to the sink
+class _Running:
+    """A span's running sums: log-probabilities and tokens."""
+
     sum_logprob: float = 0.0
     n_logprobs: int = 0
     n_tokens: int = 0
+
+    def add(self, logprob: float | None) -> float | None:
+        """Count a token; the span's running confidence after it."""
+        self.n_tokens += 1
+        if logprob is not None and math.isfinite(logprob):
+            self.sum_logprob += logprob
+            self.n_logprobs += 1
+        return running_confidence(self.sum_logprob, self.n_logprobs)
+
+
+@dataclass
+class _Choice(_Running):
+    emitted: str = ""  # the text of the deltas made so far (held back or handed on)
+    sent: str = ""  # the text of the deltas handed to the sink
+    trace: _Running = field(default_factory=_Running)  # the trace's own sums
+    trace_emitted: str = ""  # the trace text of the deltas made so far
+    opened: bool | None = None  # tags: None undecided, True a trace, False none
+    closed: bool = False  # tags: the closing tag came
 
 
 class AnswerStream:
@@ -267,13 +306,16 @@ class AnswerStream:
     stop : the request's stop sequences (text after one is never sent).
     early : the early-abstention policy, or None.
     trace_stop : DeepConf-online's stop of sampled traces (:class:`TraceStop`), or None.
+    tags : a reasoning reply's trace tags (module notes), or None: a reply is all answer
+        (unless the backend gives its trace apart).
     """
 
     def __init__(self, sink: Callable[[TokenUpdate], None], *, n_choices: int = 1,
                  stop: tuple[str, ...] = (), early: EarlyAbstention | None = None,
-                 trace_stop: TraceStop | None = None) -> None:
+                 trace_stop: TraceStop | None = None, tags: Tags | None = None) -> None:
         self.sink, self.n_choices, self.stop, self.early = sink, n_choices, stop, early
         self.trace_stop = trace_stop
+        self.tags = tags
         self.choices = [_Choice() for _ in range(n_choices)]
         self.abstained: str | None = None
         self.tokens = 0  # every row's tokens reported so far (greedy and samples)
@@ -299,7 +341,8 @@ class AnswerStream:
             if update is not None and index > 0:
                 self.sink(update)
             return "abstain"
-        if event.sample is None and self.early is not None:
+        if event.sample is None and self.early is not None and (
+                update is None or update.span == "answer"):  # the policy reads the answer
             state = self.choices[0]
             reason = self.early.reason(running_confidence(state.sum_logprob, state.n_logprobs),
                                        state.n_tokens)
@@ -341,17 +384,49 @@ class AnswerStream:
 
     def _update(self, index: int, event: TokenEvent) -> TokenUpdate:
         state = self.choices[index]
-        state.n_tokens += 1
-        if event.logprob is not None and math.isfinite(event.logprob):
-            state.sum_logprob += event.logprob
-            state.n_logprobs += 1
-        safe = safe_text(event.text, self.stop)
+        trace, answer, in_trace = self._spans(state, event)
+        trace_delta = ""
+        if trace is not None:
+            closing = () if self.tags is None or event.trace is not None else (self.tags[1],)
+            safe = safe_text(trace, (*self.stop, *closing))
+            if safe.startswith(state.trace_emitted):
+                trace_delta, state.trace_emitted = safe[len(state.trace_emitted):], safe
+        if in_trace:  # the trace's token: its own figures; the answer waits for its own
+            running = state.trace.add(event.logprob)
+            return TokenUpdate(index, "", event.token, event.logprob, event.entropy, running,
+                               state.trace.n_tokens, event.top, trace_delta, "trace")
+        running = state.add(event.logprob)
+        safe = safe_text(answer, self.stop)
         delta = ""
         if safe.startswith(state.emitted):
             delta, state.emitted = safe[len(state.emitted):], safe
-        return TokenUpdate(index, delta, event.token, event.logprob, event.entropy,
-                           running_confidence(state.sum_logprob, state.n_logprobs),
-                           state.n_tokens, event.top)
+        return TokenUpdate(index, delta, event.token, event.logprob, event.entropy, running,
+                           state.n_tokens, event.top, trace_delta)
+
+    def _spans(self, state: _Choice, event: TokenEvent) -> tuple[str | None, str, bool]:
+        """(the trace so far or None, the answer so far, whether this token is the
+        trace's), from the backend's own split or the tags in the text."""
+        if event.trace is not None:
+            return event.trace, event.text, event.in_trace
+        if self.tags is None or state.opened is False:
+            return None, event.text, False
+        opening, closing = self.tags
+        text = event.text
+        head = text.lstrip()
+        if state.opened is None:
+            if not head.startswith(opening):
+                if opening.startswith(head):  # may still become the opening tag
+                    return "", "", True
+                state.opened = False
+                return None, text, False
+            state.opened = True
+        start = len(text) - len(head) + len(opening)
+        close = text.find(closing, start)
+        if close < 0:
+            return text[start:], "", True
+        closes_here = not state.closed  # the token that completes the tag is the trace's
+        state.closed = True
+        return text[start:close], text[close + len(closing):], closes_here
 
     def closing_delta(self, index: int, final_text: str) -> str:
         """The rest of choice ``index``'s final answer, not yet sent."""
@@ -359,6 +434,14 @@ class AnswerStream:
         if not final_text.startswith(state.emitted):
             return ""  # cannot happen with safe_text; never send text twice
         delta, state.emitted = final_text[len(state.emitted):], final_text
+        return delta
+
+    def closing_trace_delta(self, index: int, trace_text: str) -> str:
+        """The rest of choice ``index``'s trace, not yet sent."""
+        state = self.choices[index]
+        if not trace_text.startswith(state.trace_emitted):
+            return ""  # never send text twice
+        delta, state.trace_emitted = trace_text[len(state.trace_emitted):], trace_text
         return delta
 
 
@@ -377,7 +460,7 @@ def stream_answer(pipeline: Pipeline, item: Item, prompt: Prompt, spec: Generati
         raise InvalidInputError(f"the {backend.name} backend cannot stream", field="backend")
     events: queue.Queue[Any] = queue.Queue()
     answer = AnswerStream(events.put, n_choices=n_choices, stop=spec.stop, early=early,
-                          trace_stop=trace_stop)
+                          trace_stop=trace_stop, tags=pipeline.reasoning_tags)
     done = object()
 
     def work() -> None:
@@ -405,7 +488,9 @@ def stream_answer(pipeline: Pipeline, item: Item, prompt: Prompt, spec: Generati
         record = pipeline.complete(item, result, seed=seed)
         gens = [record.greedy, *record.samples[:n_choices - 1]]
         closing = {i: answer.closing_delta(i, g.text) for i, g in enumerate(gens)}
-        yield StreamEnd(result, answer.abstained, record, closing)
+        traces = {i: answer.closing_trace_delta(i, g.trace.text)
+                  for i, g in enumerate(gens) if g.trace is not None}
+        yield StreamEnd(result, answer.abstained, record, closing, traces)
     finally:
         answer.cancel()
         thread.join()

@@ -205,20 +205,23 @@ def _grader(items: Sequence[Item], grader: str | None) -> str | None:
 def answer_questions(model: Backend, items: list[Item], *, scorers: str | Sequence[str],
                      max_new_tokens: int, stop: tuple[str, ...], seed: int, n_samples: int,
                      judge: str, claims: ClaimConfig | bool, grader: str | None,
-                     calibrator: AnswerCalibrator | None = None) -> ScoredAnswers:
+                     calibrator: AnswerCalibrator | None = None,
+                     reasoning_tags: tuple[str, str] | str | None = None) -> ScoredAnswers:
     """Answer each item greedily with ``model``; score, and grade those with references
     (``grader``, default ``contains``); with ``calibrator``, give each answer its
     probability, checked against ``model`` and the prompt the answer was given. What
-    :func:`confide.score` does."""
+    :func:`confide.score` does. ``reasoning_tags``: split each answer into its trace and
+    final answer (:class:`~confide.pipeline.plan.RunConfig`)."""
     scorers = _with_scorer(scorers, calibrator)
     claim_config = (ClaimConfig(grader=None) if claims is True
                     else claims if isinstance(claims, ClaimConfig) else None)
     plan = question_plan(items, scorers=scorers, max_new_tokens=max_new_tokens, stop=stop,
-                         seed=seed, judge=judge,
+                         seed=seed, judge=judge, reasoning_tags=reasoning_tags,
                          at_least=max(n_samples, claim_config.n_samples if claim_config else 0))
     grade_with = _grader(items, grader)
     pipe = Pipeline.build(model, plan.scorers, seed=seed, grader=grade_with,
-                          judge=make_judge(plan.judge, backend=model))
+                          judge=make_judge(plan.judge, backend=model),
+                          reasoning_tags=plan.spec.reasoning_tags)
     items = plan.task.items
     results = pipe.generate(plan.task, items, plan.spec, [item_seed(seed, it.id) for it in items])
     answers = ScoredAnswers()

@@ -29,7 +29,7 @@ from confide.backends import (
     item_seed,
     load_backend,
 )
-from confide.core.errors import ConfigMismatch, StoreError
+from confide.core.errors import ConfigMismatch, InvalidInputError, StoreError
 from confide.core.options import check_hidden_layers, check_prompt_fits
 from confide.core.records import Item, Record
 from confide.equivalence.judges import make_judge
@@ -83,9 +83,15 @@ class BlockRunner:
         self.plan = plan
         self.backend = backend if backend is not None else load_backend(
             config.backend, config.model, batch_size=plan.batch_size)
+        if config.ensemble is not None:  # before the scorers are planned: members feed some
+            use_ensemble = getattr(self.backend, "use_ensemble", None)
+            if use_ensemble is None:
+                raise InvalidInputError("ensemble members score answers with the hf backend "
+                                        "only", field="ensemble")
+            use_ensemble(config.ensemble, greedy=config.ensemble_greedy)
         judge = make_judge(plan.judge, backend=self.backend, **plan.judge_options)
         self.pipe = Pipeline.build(self.backend, plan.scorers, judge=judge, grader=plan.grader,
-                                   seed=plan.seed)
+                                   seed=plan.seed, reasoning_tags=plan.spec.reasoning_tags)
 
     def check(self, ids: set[str] | None = None) -> None:
         """Check the items (those in ``ids``; default all) against the model."""
@@ -253,8 +259,9 @@ def _write_block(store: RunStore, outcome: RunOutcome, result: BlockResult) -> i
         if store.put(record, position):
             new += 1
             outcome.generated += 1
-            outcome.generated_tokens += record.greedy.n_tokens + sum(
-                s.n_tokens for s in record.samples)
+            outcome.generated_tokens += sum(  # a reasoning reply's trace tokens too
+                g.n_tokens + (g.trace.n_tokens if g.trace is not None else 0)
+                for g in (record.greedy, *record.samples))
     return new
 
 

@@ -238,7 +238,10 @@ def generate_and_evaluate(model: Backend | str | None = None, *, task: str = DEF
                           batch_size: int = DEFAULT_BATCH_SIZE, seed: int = 0,
                           task_options: dict[str, Any] | None = None, judge: str | None = None,
                           judge_options: dict[str, Any] | None = None,
-                          on_bad_record: str = "raise") -> Run:
+                          on_bad_record: str = "raise",
+                          reasoning_tags: tuple[str, str] | str | None = None,
+                          ensemble: str | Path | None = None,
+                          ensemble_greedy: str = "base") -> Run:
     """Generate, score and grade a run (or resume it) and return it with its table:
     ``confide run`` from Python, with the same defaults and meanings.
 
@@ -251,9 +254,14 @@ def generate_and_evaluate(model: Backend | str | None = None, *, task: str = DEF
     progress : called as items are stored.
     limit : the first that many items (default 200, as ``confide run``); 0 or None: all.
     scorers, grader, data_path, max_new_tokens, n_samples, temperature, top_p,
-    hidden_layers, batch_size, seed, task_options, judge, judge_options, on_bad_record :
+    hidden_layers, batch_size, seed, task_options, judge, judge_options, on_bad_record,
+    reasoning_tags :
         the :class:`~confide.pipeline.plan.RunConfig` fields of the same names (and
-        ``confide run``'s options).
+        ``confide run``'s options); ``reasoning_tags="<think>,</think>"`` splits each
+        answer into its trace and final answer.
+    ensemble, ensemble_greedy : an ensemble directory (``confide train``): every answer is
+        also scored under each member, for the ``ens_*`` scorers; the greedy answer is the
+        base model's (``"base"``) or the members' mean's (``"mean"``).
     """
     backend = model if model is not None and not isinstance(model, str) else None
     name = model if isinstance(model, str) else (
@@ -263,7 +271,10 @@ def generate_and_evaluate(model: Backend | str | None = None, *, task: str = DEF
                        n_samples=n_samples, temperature=temperature, top_p=top_p,
                        hidden_layers=tuple(hidden_layers), batch_size=batch_size, seed=seed,
                        task_options=dict(task_options or {}), judge=judge,
-                       judge_options=dict(judge_options or {}), on_bad_record=on_bad_record)
+                       judge_options=dict(judge_options or {}), on_bad_record=on_bad_record,
+                       reasoning_tags=reasoning_tags,  # type: ignore[arg-type]  # text: checked
+                       ensemble=None if ensemble is None else str(ensemble),
+                       ensemble_greedy=ensemble_greedy)
     temporary = out is None
     target = Path(tempfile.mkdtemp(prefix="confide-run-")) if out is None else Path(out)
     outcome = execute(config, target, backend=backend, progress=progress)

@@ -47,6 +47,16 @@ answer once its running confidence falls below the threshold: the reply (or the
 stream's last chunk) then carries the abstention message, ``decision:
 "abstain"``, ``decided_on: "early_abstention"`` and the reason.
 
+With ``reasoning_tags`` (``confide serve --reasoning-tags "<think>,</think>"``) a reply
+is two spans (:mod:`confide.core.reasoning`): ``message.content`` is the final answer,
+the one scored, graded and decided on, and ``message.reasoning_content`` the trace (as
+vLLM's and DeepSeek's reasoning replies carry it; null when the reply has none); a
+stream sends the trace as ``delta.reasoning_content`` and the answer as
+``delta.content``. An ``openai`` upstream's own ``reasoning_content`` is the trace
+whatever the setting. ``confide.spans`` names the span each scorer read (``answer`` or
+``trace``), and ``confide.trace`` holds the trace's token count and whether the final
+answer is missing (a trace the budget cut).
+
 ``GET /v1/models`` lists the served model, ``GET /health`` says what is
 loaded (with ``log_run``, how many replies were stored in the traffic run, how many
 wait in its queue and how many were dropped or failed: :mod:`confide.serve.traffic`).
@@ -86,6 +96,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from confide.backends.base import Backend
 from confide.core.errors import InvalidInputError
 from confide.core.options import check_option
+from confide.core.reasoning import Tags
+from confide.core.reasoning import reasoning_tags as reasoning_tags_of
 from confide.pipeline.answering import DEFAULT_SCORERS, Pipeline
 from confide.pipeline.streaming import EarlyAbstention
 from confide.scorers import scorer_at
@@ -114,7 +126,8 @@ def create_app(backend: Backend, *, model_name: str | None = None,
                early_abstention: EarlyAbstention | None = None,
                summary_samples: int = 0, claims: Any = None,
                claims_calibrator: ClaimCalibrator | None = None,
-               log_run: str | Path | None = None) -> FastAPI:
+               log_run: str | Path | None = None,
+               reasoning_tags: Tags | None = None) -> FastAPI:
     """Build the server around a loaded backend.
 
     Parameters
@@ -141,8 +154,11 @@ def create_app(backend: Backend, *, model_name: str | None = None,
     log_run : a run directory where every reply is stored as a record
         (:mod:`confide.serve.traffic`); a directory holding another setup's run is
         refused here.
+    reasoning_tags : a reasoning model's trace tags (``("<think>", "</think>")``); each
+        reply is split into trace and final answer (module notes). None: read whole.
     """
     names = tuple(scorers) if scorers is not None else DEFAULT_SCORERS
+    reasoning_tags = reasoning_tags_of(reasoning_tags)  # text ("<think>,</think>") checked
     for name in names:
         scorer_at(name, "answer")  # unknown or claim-level names raise now, not per request
     if calibrator is not None and calibrator.scorer not in names:
@@ -165,17 +181,20 @@ def create_app(backend: Backend, *, model_name: str | None = None,
     upstream = Upstream(backend, timeout=timeout, max_batch=max_batch)
     replies = Replies(backend, upstream, model_name or str(backend.config().get(
         "model", backend.name)), limits, calibrator, policy, abstain_message, timeout, seed,
-        early_abstention, summary_samples, claims, claims_calibrator)
+        early_abstention, summary_samples, claims, claims_calibrator,
+        reasoning_tags=reasoning_tags)
     if log_run is not None:
         replies.traffic = TrafficLog.open(log_run, backend=backend.config(), identity=(
             traffic_identity(model=replies.served, backend=backend.name, scorers=names,
-                             seed=seed, summary_samples=summary_samples)))
+                             seed=seed, summary_samples=summary_samples,
+                             reasoning_tags=reasoning_tags)))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await upstream.start()
         # after start: the upstream has probed what it gives
-        replies.pipe = Pipeline.build(backend, names, judge=replies.judge)
+        replies.pipe = Pipeline.build(backend, names, judge=replies.judge,
+                                      reasoning_tags=reasoning_tags)
         for name, why in replies.pipe.skipped.items():
             log.warning("scorer %s is skipped: %s", name, why)
         if replies.traffic is not None:

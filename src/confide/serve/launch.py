@@ -6,6 +6,7 @@ from typing import Any
 
 from confide.backends import load_backend
 from confide.core.errors import InvalidInputError
+from confide.core.reasoning import reasoning_tags as reasoning_tags_of
 from confide.pipeline.streaming import EarlyAbstention
 from confide.runs.claims import ClaimConfig
 from confide.scorers import SCORERS
@@ -24,8 +25,13 @@ def build_app(*, model: str, backend: str = "hf", base_url: str | None = None,
               timeout: float = 120.0, concurrency: int = 8, max_batch: int = 1,
               early_abstain_below: float | None = None, early_abstain_after: int = 4,
               summary_samples: int = 0, long_form: bool = False,
-              log_run: str | None = None) -> Any:
+              log_run: str | None = None,
+              reasoning_tags: tuple[str, str] | str | None = None) -> Any:
     """The FastAPI app for ``confide serve`` (model loaded, decisions loaded).
+
+    ``reasoning_tags`` (``"<think>,</think>"``; None or ``"none"``: off): each reply is
+    split into its trace (``message.reasoning_content``) and final answer (``content``,
+    the one scored), as :func:`~confide.serve.app.create_app` says.
 
     ``log_run``: store every reply as a record of the run in that directory
     (:mod:`confide.serve.traffic`).
@@ -36,6 +42,7 @@ def build_app(*, model: str, backend: str = "hf", base_url: str | None = None,
     # options are checked before the model loads (same rules as the API and requests)
     early = None if early_abstain_below is None else EarlyAbstention(early_abstain_below,
                                                                      early_abstain_after)
+    tags = reasoning_tags_of(reasoning_tags)
 
     options: dict[str, Any] = {}
     if backend == "openai":
@@ -56,7 +63,7 @@ def build_app(*, model: str, backend: str = "hf", base_url: str | None = None,
                       abstain_message=abstain_message or DEFAULT_ABSTAIN_MESSAGE,
                       limits=limits, timeout=timeout, max_batch=max_batch,
                       early_abstention=early, summary_samples=summary_samples, claims=claims,
-                      log_run=log_run)
+                      log_run=log_run, reasoning_tags=tags)
 
 
 def serve(app: Any, *, host: str = "127.0.0.1", port: int = 8000,

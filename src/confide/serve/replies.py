@@ -26,6 +26,7 @@ from confide.backends.base import (
 )
 from confide.core.errors import BackendError, BackendTimeout
 from confide.core.jsonsafe import finite_or_none, json_safe
+from confide.core.reasoning import Tags, final_answer_missing, missing_answer_reason
 from confide.core.records import Generation, Item, Record
 from confide.equivalence.judges import ExactJudge
 from confide.equivalence.summary import summarize
@@ -33,6 +34,7 @@ from confide.pipeline.answering import Pipeline
 from confide.pipeline.plan import generation_spec
 from confide.pipeline.streaming import AnswerStream, EarlyAbstention
 from confide.runs.answers import backend_model
+from confide.scorers import SCORERS
 from confide.serve.decisions import Calibrator, Policy, decide
 from confide.serve.guards import RequestError
 from confide.serve.models import GenerationRequest, Limits
@@ -65,6 +67,7 @@ class Replies:
     claims_calibrator: ClaimCalibrator | None = None
     pipe: Pipeline | None = None  # set once the upstream has started (it probes capabilities)
     traffic: Any = None  # a TrafficLog (``--log-run``): every reply stored as a record
+    reasoning_tags: Tags | None = None  # split each reply into trace and final answer
 
     def __post_init__(self) -> None:
         self.judge = ExactJudge()  # the summary's clusters (the server's scorers use the same)
@@ -86,7 +89,7 @@ class Replies:
             self.pipeline.scorers, max_new_tokens=body.answer_budget(self.limits),
             stop=body.stop_list(), at_least=max(body.n - 1, self.summary_samples),
             temperature=body.temperature, top_p=body.top_p,
-            top_k_alternatives=max(10, body.top_k))
+            top_k_alternatives=max(10, body.top_k), reasoning_tags=self.reasoning_tags)
         digest = hashlib.sha256(json.dumps(prompt, sort_keys=True).encode()).hexdigest()
         job_seed = body.seed if body.seed is not None else item_seed(self.seed, digest)
         kind = "text" if isinstance(prompt, str) else "chat"
@@ -132,7 +135,7 @@ class Replies:
                 calibrator=self.claims_calibrator))
         if info.get("decision") == "abstain":
             info["answer"] = records[0].greedy.text
-        samples = [g.text for g in result.samples]
+        samples = [g.text for g in records[0].samples]  # the final answers, traces apart
         info["summary"] = summarize(samples, self.judge, item=job.item).to_dict() \
             if len(samples) >= 2 else None
         if job.body.n > 1:
@@ -148,7 +151,9 @@ class Replies:
         """Answer ``job`` as a ``kind`` (``chat`` or ``text``) completion."""
         if job.body.stream:
             return await self.stream(job, kind)
-        answer = AnswerStream(lambda update: None, early=job.early) if job.early else None
+        # the policy reads the final answer's tokens alone (a trace is never judged)
+        answer = AnswerStream(lambda update: None, early=job.early,
+                              tags=job.spec.reasoning_tags) if job.early else None
         result = await self.generate(job, answer)
         info, gens = await self.conclude(job, result, answer.abstained if answer else None)
         choices = [choice(kind, i, g, job.body) for i, g in enumerate(gens)]
@@ -276,6 +281,12 @@ def confide_object(record: Record, skipped: dict[str, str], calibrator: Calibrat
         "calibrated": None,
         "decision": None,
     }
+    trace = record.greedy.trace
+    if trace is not None:  # a reasoning reply: which span each score read, and the trace
+        info["spans"] = {k: SCORERS[k].span for k in record.scores if k in SCORERS}
+        info["trace"] = {"n_tokens": trace.n_tokens,
+                         "final_answer_missing": final_answer_missing(record.greedy),
+                         "reason": missing_answer_reason(record.greedy)}
     if calibrator is not None:
         raw = record.scores.get(calibrator.scorer, math.nan)
         if math.isnan(raw):
@@ -298,8 +309,12 @@ def choice(kind: str, index: int, gen: Generation, body: GenerationRequest) -> d
     choice: dict[str, Any] = {"index": index, "finish_reason": finish, "logprobs": None}
     if kind == "chat":
         choice["message"] = {"role": "assistant", "content": gen.text}
+        if gen.trace is not None:  # a reasoning reply: the trace apart, as vLLM gives it
+            choice["message"]["reasoning_content"] = gen.trace.text
     else:
         choice["text"] = gen.text
+        if gen.trace is not None:
+            choice["reasoning_content"] = gen.trace.text
     if body.wants_logprobs and gen.token_logprobs is not None:
         steps = [(token, float(gen.token_logprobs[t]), top_alternatives(gen, t, body.top_k))
                  for t, token in enumerate(gen.tokens)]
@@ -315,10 +330,16 @@ def top_alternatives(gen: Generation, t: int, k: int) -> list[tuple[str, float]]
 
 
 def set_text(kind: str, choice: dict[str, Any], text: str) -> None:
+    """Replace a choice's answer (the abstention message); a trace that led to the answer
+    withheld is withheld too (it is in ``confide.answer``'s record, not the reply)."""
     if kind == "chat":
         choice["message"]["content"] = text
+        if "reasoning_content" in choice["message"]:
+            choice["message"]["reasoning_content"] = None
     else:
         choice["text"] = text
+        if "reasoning_content" in choice:
+            choice["reasoning_content"] = None
 
 
 def usage(backend: Backend, prompt: Prompt, gens: list[Generation]) -> dict[str, int] | None:
@@ -326,6 +347,8 @@ def usage(backend: Backend, prompt: Prompt, gens: list[Generation]) -> dict[str,
     if not isinstance(backend, Tokenizes) or any(g.n_tokens == 0 and g.text for g in gens):
         return None
     prompt_tokens = len(backend.encode(prompt))
-    completion = sum(g.n_tokens for g in gens)
+    # a reasoning reply's trace tokens were generated too
+    completion = sum(g.n_tokens + (g.trace.n_tokens if g.trace is not None else 0)
+                     for g in gens)
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
             "total_tokens": prompt_tokens + completion}

@@ -32,6 +32,14 @@ is sent whole when it ends. Waiting for the check delays token ``t < after`` by
 in :mod:`confide.pipeline.streaming`); the wait never trips the timeout for the next
 token, since the whole answer is held to the same timeout.
 
+A reasoning reply (``confide serve --reasoning-tags``, or an upstream that sends its
+trace apart) streams its trace as ``delta.reasoning_content`` (the text completions'
+choice: ``reasoning_content``) and its final answer as ``delta.content``; each token's
+``confide`` object says which span it belongs to (``span``: ``trace`` or ``answer``) and
+its running confidence is that span's. Early abstention and its holdback read the
+answer's tokens alone (:class:`confide.pipeline.streaming.AnswerStream`): the trace goes
+out as it comes; after an abstention the rest of the trace is not sent.
+
 A failure after the reply has begun (the upstream cut the stream, sent a
 malformed chunk, or went silent for longer than the timeout) ends the stream
 with an event ``data: {"error": {...}}`` in the API's error shape, which the
@@ -102,12 +110,22 @@ class StreamReply:
         return f"data: {json.dumps(chunk)}\n\n"
 
     def _choice(self, index: int, text: str, finish: str | None,
-                logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+                logprobs: dict[str, Any] | None = None, *, trace: str = "",
+                in_trace: bool = False) -> dict[str, Any]:
+        """One choice of a chunk: ``text`` of the answer, ``trace`` of the reasoning
+        (``in_trace``: a trace token's chunk, whose delta is the trace's alone)."""
         choice: dict[str, Any] = {"index": index, "logprobs": logprobs, "finish_reason": finish}
         if self.kind == "chat":
-            choice["delta"] = {"content": text} if text or finish is None else {}
+            delta: dict[str, Any] = {}
+            if trace or in_trace:
+                delta["reasoning_content"] = trace
+            if text or (finish is None and not in_trace):
+                delta["content"] = text
+            choice["delta"] = delta
         else:
             choice["text"] = text
+            if trace or in_trace:
+                choice["reasoning_content"] = trace
         return choice
 
     def start(self) -> str | None:
@@ -123,18 +141,23 @@ class StreamReply:
             step = [(update.token, float(update.logprob), list(update.top[:self.body.top_k]))]
             logprobs = chat_logprobs(step) if self.kind == "chat" else text_logprobs(step, offset)
         return self._event(
-            [self._choice(update.choice, update.delta, None, logprobs)],
+            [self._choice(update.choice, update.delta, None, logprobs,
+                          trace=update.trace_delta, in_trace=update.span == "trace")],
             confide={"index": update.choice, "token": update.token,
                      "logprob": finite_or_none(update.logprob),
                      "entropy": finite_or_none(update.entropy),
                      "running_confidence": finite_or_none(update.running_confidence),
-                     "n_tokens": update.n_tokens})
+                     "n_tokens": update.n_tokens, "span": update.span})
 
     def end(self, info: dict[str, Any], gens: list[Generation], answer: AnswerStream,
             abstain_message: str, usage: dict[str, int] | None) -> str:
         choices = []
         for i, gen in enumerate(gens):
             rest = answer.closing_delta(i, gen.text)
+            withheld = i == 0 and (answer.abstained is not None
+                                   or info.get("decision") == "abstain")
+            trace = "" if gen.trace is None or withheld else \
+                answer.closing_trace_delta(i, gen.trace.text)
             if i == 0 and answer.abstained is not None:
                 sent = answer.choices[0].sent
                 info["sent_before_abstention"] = sent
@@ -142,7 +165,7 @@ class StreamReply:
             elif i == 0 and info.get("decision") == "abstain":
                 info["abstain_message"] = abstain_message
             choices.append(self._choice(i, rest, "length" if gen.finish_reason == "length"
-                                        else "stop"))
+                                        else "stop", trace=trace))
         extra: dict[str, Any] = {"confide": info}
         include = self.body.stream_options is not None and self.body.stream_options.include_usage
         if usage is not None and include:
@@ -172,7 +195,8 @@ async def event_stream(job: Any, shape: StreamReply, *,
     def sink(update: TokenUpdate) -> None:  # called on the model's thread
         loop.call_soon_threadsafe(updates.put_nowait, update)
 
-    answer = AnswerStream(sink, n_choices=job.body.n, stop=job.spec.stop, early=job.early)
+    answer = AnswerStream(sink, n_choices=job.body.n, stop=job.spec.stop, early=job.early,
+                          tags=job.spec.reasoning_tags)
     task = asyncio.ensure_future(generate(job, answer))
 
     def ended(_: Any = None) -> None:  # on the loop, after every token the model sent

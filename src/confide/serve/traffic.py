@@ -115,18 +115,25 @@ MAX_PENDING = 1000
 
 
 def traffic_identity(*, model: str, backend: str, scorers: tuple[str, ...] | list[str],
-                     seed: int = 0, summary_samples: int = 0) -> dict[str, Any]:
+                     seed: int = 0, summary_samples: int = 0,
+                     reasoning_tags: tuple[str, str] | None = None) -> dict[str, Any]:
     """The stored configuration of a server's traffic run (a restart must match it).
 
     ``task`` and ``grader`` are there for the readers of runs (``confide eval``, the
     report): the traffic is open questions, graded with ``contains`` once labelled.
+    ``reasoning_tags`` is stored only when set (a server without reasoning keeps the
+    identity it always had).
 
     >>> traffic_identity(model="m", backend="openai", scorers=["msp"])["task"]
     'serve'
     """
-    return {"source": "serve", "task": "serve", "model": model, "backend": backend,
-            "scorers": list(scorers), "grader": QUESTIONS_GRADER, "seed": seed,
-            "summary_samples": summary_samples}
+    identity: dict[str, Any] = {
+        "source": "serve", "task": "serve", "model": model, "backend": backend,
+        "scorers": list(scorers), "grader": QUESTIONS_GRADER, "seed": seed,
+        "summary_samples": summary_samples}
+    if reasoning_tags is not None:
+        identity["reasoning_tags"] = list(reasoning_tags)
+    return identity
 
 
 def new_record_id() -> str:

@@ -29,6 +29,11 @@ metadata dict) and ``id``.
 Users override any of them with ``load_task(..., prompt_template=...)``: a
 string replaces both ``chat`` and ``completion``; a dict replaces only the keys
 it names.
+
+Prompt styles (``confide run --prompt``) other than a format's own: ``cot``
+(:func:`chain_of_thought`), a k-shot chain-of-thought prompt whose exemplars write
+their reasoning as a trace, ``<think>…</think> The answer is N.``, for every model
+(:data:`COT_REASONING`).
 """
 
 from __future__ import annotations
@@ -40,7 +45,8 @@ import jinja2
 
 from confide.core.errors import InvalidInputError
 
-__all__ = ["FORMATS", "SHORT_ANSWER", "render_template", "resolve_templates"]
+__all__ = ["COT_MAX_NEW_TOKENS", "COT_REASONING", "FORMATS", "PROMPT_STYLES", "SHORT_ANSWER",
+           "chain_of_thought", "render_template", "resolve_templates"]
 
 _TEMPLATE_KEYS = ("system", "header", "chat", "completion", "target", "separator")
 
@@ -124,6 +130,31 @@ FORMATS: dict[str, dict[str, str | None]] = {
 #: references and the token statistics are about.
 SHORT_ANSWER: dict[str, str | None] = {**FORMATS["open_qa"], "chat": None}
 
+#: The k-shot chain-of-thought prompt of a reasoning task (GSM8K), ``--prompt cot``: each
+#: exemplar's worked solution (the text before its ``#### N``) becomes a trace in
+#: ``<think>`` tags, followed by "The answer is N." The model writes the opening tag
+#: itself, so a trace the budget cuts is seen as one (:mod:`confide.core.reasoning`: a
+#: reply that opens a trace and never closes it has no final answer). Every model,
+#: instruct or base, gets the completion prompt (``chat`` None): the bundled models
+#: (SmolLM2-135M, gemma3-270m) continue the exemplars' pattern; their chat templates have
+#: no thinking mode. The final answer keeps the task's extraction: the ``numeric`` grader
+#: reads the number after "The answer is" (or ``#### N``).
+COT_REASONING: dict[str, str | None] = {
+    "system": None,
+    "header": None,
+    "chat": None,
+    "completion": "Question: {{ question }}\nAnswer:",
+    "target": " <think>{{ answer.rsplit('####', 1)[0].strip() }}</think> "
+              "The answer is {{ answer.rsplit('####', 1)[-1].strip() }}.",
+    "separator": "\n\n",
+}
+#: The answer budget of ``--prompt cot`` unless the run sets one: GSM8K's exemplar
+#: traces are 40 to 120 tokens, and a small model's run longer; a trace the budget still
+#: cuts has no final answer and is left ungraded, never graded wrong.
+COT_MAX_NEW_TOKENS = 384
+#: Prompt styles a run may ask for beside a format's own (``task_options["prompt"]``).
+PROMPT_STYLES = ("cot",)
+
 _ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                           autoescape=False)
 _ENV.globals["zip"] = zip
@@ -175,3 +206,33 @@ def render_template(text: str, variables: dict[str, Any]) -> str:
     except jinja2.UndefinedError as exc:
         raise InvalidInputError(f"template uses an unknown variable: {exc}",
                                 field="prompt_template") from exc
+
+
+def chain_of_thought(task: Any) -> Any:
+    """Give ``task`` (a :class:`~confide.tasks.base.Task`, which imports this module) the
+    k-shot chain-of-thought prompt (:data:`COT_REASONING`), in place.
+
+    The task must be a reasoning task (format ``reasoning``) whose exemplars carry a
+    worked solution ending ``#### N`` (GSM8K); its answer budget becomes
+    :data:`COT_MAX_NEW_TOKENS` unless larger, and ``options["prompt"]`` says ``cot``, so
+    the run's stored settings name the prompt (a resume with another is refused).
+
+    Raises
+    ------
+    InvalidInputError
+        Another format, or exemplars without a worked solution.
+    """
+    if task.format != "reasoning":
+        raise InvalidInputError(f"the cot prompt is for reasoning tasks (gsm8k); task "
+                                f"{task.name!r} has format {task.format!r}", field="prompt")
+    if not task.fewshot or task.num_fewshot < 1:
+        raise InvalidInputError(f"task {task.name!r} has no exemplars for a k-shot "
+                                "chain-of-thought prompt", field="prompt")
+    for ex in task.fewshot:
+        if "####" not in str(ex.metadata.get("exemplar_answer", "")):
+            raise InvalidInputError(f"exemplar {ex.id!r} has no worked solution ending "
+                                    "'#### N' to write as a trace", field="prompt")
+    task.templates = dict(COT_REASONING)
+    task.max_new_tokens = max(task.max_new_tokens, COT_MAX_NEW_TOKENS)
+    task.options["prompt"] = "cot"
+    return task

@@ -29,6 +29,8 @@ The package, one concept per module:
 :mod:`~confide.backends.hf.cache`     key/value cache plumbing
 :mod:`~confide.backends.hf.passes`    extra forward passes: next token, unconditioned, attention
 :mod:`~confide.backends.hf.tuning`    dtype and rows per step, measured once per machine
+:mod:`~confide.backends.hf.members`   ensemble members' files; all members in one pass
+:mod:`~confide.backends.hf.ensemble`  members in a run: every answer teacher-forced under each
 ====================================  ==========================================================
 """
 

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import inspect
 import time
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from confide.backends.base import (
     Backend,
+    GenerationResult,
+    GenerationSpec,
     HasAttentions,
     HasContextWindow,
     HasLayers,
@@ -21,6 +24,7 @@ from confide.backends.base import (
     Prompt,
     ScoresUnconditioned,
     Streams,
+    TokenCallback,
     Tokenizes,
     encode_prompt,
 )
@@ -30,7 +34,10 @@ from confide.backends.hf.passes import ExtraPasses
 from confide.backends.hf.tuning import DTYPES, MeasuredSettings, choose_dtype
 from confide.backends.models import DEFAULT_MODEL, resolve_model
 from confide.core.errors import InvalidInputError, ModelLoadError
-from confide.core.needs import TOKEN_STATISTICS, Need
+from confide.core.needs import MEMBER_STATISTICS, TOKEN_STATISTICS, Need
+
+if TYPE_CHECKING:
+    from confide.backends.hf.ensemble import EnsembleScoring
 
 __all__ = ["HFBackend"]
 
@@ -59,6 +66,8 @@ class HFBackend(MeasuredSettings, ExtraPasses, DecodingLoop, Backend, Streams, T
     capabilities = frozenset({*TOKEN_STATISTICS, Need.SAMPLES, Need.HIDDEN_STATES,
                               Need.EXTRA_PROMPT, Need.UNCONDITIONED_LOGPROBS, Need.ATTENTIONS})
     streaming = True  # generate(..., on_token=) reports each token (confide.pipeline.streaming)
+    #: attached ensemble members (:meth:`use_ensemble`): every answer scored under each
+    ensemble: EnsembleScoring | None = None
 
     def __init__(self, model: str = DEFAULT_MODEL, *, device: str | None = None,
                  batch_size: int = 8, max_rows: int | None = None,
@@ -117,9 +126,40 @@ class HFBackend(MeasuredSettings, ExtraPasses, DecodingLoop, Backend, Streams, T
         return ids
 
     def config(self) -> dict[str, Any]:
-        return {"backend": self.name, "model": self.source.name, "kind": self.source.kind,
-                "dtype": str(self.dtype).removeprefix("torch."),
-                "chat_template": self.has_chat_template}
+        d = {"backend": self.name, "model": self.source.name, "kind": self.source.kind,
+             "dtype": str(self.dtype).removeprefix("torch."),
+             "chat_template": self.has_chat_template}
+        if self.ensemble is not None:
+            d["ensemble"] = self.ensemble.config()
+        return d
+
+    # -- ensemble members ------------------------------------------------------------
+
+    def use_ensemble(self, path: str | Path | None, *, greedy: str = "base") -> None:
+        """Score every answer :meth:`generate` gives under the members of ensemble
+        directory ``path`` too (``Generation.members``; :mod:`~confide.backends.hf.ensemble`),
+        the greedy answer the base's (``greedy="base"``) or the members' mean's
+        (``"mean"``); ``None`` removes them. The same directory and greedy keep the loaded
+        members; the capabilities gain ``member_logprobs`` and ``member_entropies``."""
+        from confide.backends.hf.ensemble import EnsembleScoring
+
+        current = self.ensemble
+        if current is not None and path is not None and greedy == current.greedy \
+                and Path(path).resolve() == current.path.resolve():
+            return
+        if current is not None:
+            current.close()
+            self.ensemble = None
+            self.capabilities = type(self).capabilities
+        if path is not None:
+            self.ensemble = EnsembleScoring.load(self, path, greedy=greedy)
+            self.capabilities = type(self).capabilities | MEMBER_STATISTICS
+
+    def generate(self, prompts: list[Prompt], spec: GenerationSpec, seeds: list[int], *,
+                 on_token: TokenCallback | None = None) -> list[GenerationResult]:
+        if self.ensemble is not None:
+            return self.ensemble.generate(prompts, spec, seeds, on_token=on_token)
+        return DecodingLoop.generate(self, prompts, spec, seeds, on_token=on_token)
 
     # -- float32 logits --------------------------------------------------------------
 
@@ -178,9 +218,11 @@ class HFBackend(MeasuredSettings, ExtraPasses, DecodingLoop, Backend, Streams, T
 
     # -- prompts ---------------------------------------------------------------
 
-    def encode(self, prompt: Prompt) -> list[int]:
-        """Token ids of a prompt: chat messages through the chat template, text as is."""
-        return encode_prompt(self.tokenizer, prompt)
+    def encode(self, prompt: Prompt, *, thinking: bool = False) -> list[int]:
+        """Token ids of a prompt: chat messages through the chat template (its thinking mode
+        on with ``thinking``, where it has one: :func:`~confide.backends.base.encode_prompt`),
+        text as is."""
+        return encode_prompt(self.tokenizer, prompt, thinking=thinking)
 
     def _piece(self, token_id: int) -> str:
         piece = self._piece_cache.get(token_id)

@@ -139,7 +139,7 @@ class DecodingLoop:
         _eos_ids: set[int]
         _prefix: tuple[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] | None
 
-        def encode(self, prompt: Prompt) -> list[int]: ...
+        def encode(self, prompt: Prompt, *, thinking: bool = False) -> list[int]: ...
         def _piece(self, token_id: int) -> str: ...
         def rows_per_step(self, context: int, wanted: int) -> int: ...
         def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor,
@@ -150,7 +150,8 @@ class DecodingLoop:
 
     def generate(self, prompts: list[Prompt], spec: GenerationSpec, seeds: list[int], *,
                  on_token: TokenCallback | None = None) -> list[GenerationResult]:
-        encoded = [self.encode(p) for p in prompts]
+        # a reasoning run renders a chat template's thinking mode on, where it has one
+        encoded = [self.encode(p, thinking=spec.reasoning_tags is not None) for p in prompts]
         results = [GenerationResult(greedy=None) for _ in prompts]
         rows = self._rows(len(encoded), spec, seeds)
         step_hook = None if on_token is None else self._step_hook(rows, on_token)
