@@ -33,7 +33,9 @@ def user_errors() -> Iterator[None]:
         raise typer.Exit(1) from exc
 
 
-def progress_bar(label: str) -> tuple[Any, Callable[[int, int], None]]:
+def progress_bar(label: str, *, loss: bool = False) -> tuple[Any, Callable[..., None]]:
+    """A Rich bar of ``label`` and its ``update(done, total)``; with ``loss``, a loss
+    column too, and ``update(done, total, loss)`` (NaN: no step yet)."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -43,12 +45,15 @@ def progress_bar(label: str) -> tuple[Any, Callable[[int, int], None]]:
         TimeRemainingColumn,
     )
 
-    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   TimeRemainingColumn(), console=err_console, transient=False)
-    task_id = bar.add_task(label, total=None)
+    columns = [TextColumn(label), BarColumn(), MofNCompleteColumn(),
+               *([TextColumn("loss {task.fields[loss]}")] if loss else []),
+               TimeElapsedColumn(), TimeRemainingColumn()]
+    bar = Progress(*columns, console=err_console, transient=False)
+    task_id = bar.add_task(label, total=None, loss="…")
 
-    def update(done: int, total: int) -> None:
-        bar.update(task_id, completed=done, total=total)
+    def update(done: int, total: int | None, value: float = float("nan")) -> None:
+        shown = "…" if value != value else f"{value:.3f}"
+        bar.update(task_id, completed=done, total=total, loss=shown)
 
     return bar, update
 

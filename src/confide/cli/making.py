@@ -252,7 +252,7 @@ def score(
 
         def tick(n: int) -> None:  # records read; the total is not known before the end
             if n % 200 == 0:
-                update(n, None)  # type: ignore[arg-type]
+                update(n, None)
 
         try:
             with bar:

@@ -9,35 +9,13 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.markup import escape
 
-from confide.cli.app import app, console, err_console, output_dir, user_errors
+from confide.cli.app import app, console, err_console, output_dir, progress_bar, user_errors
 from confide.core.options import DEFAULT_MODEL
-
-
-def _bar(label: str) -> tuple[Any, Any]:
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(),
-                   TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(),
-                   TimeRemainingColumn(), console=err_console, transient=False)
-    task_id = bar.add_task(label, total=None, loss="…")
-
-    def update(done: int, total: int, loss: float) -> None:
-        shown = "…" if loss != loss else f"{loss:.3f}"  # NaN: no step yet
-        bar.update(task_id, completed=done, total=total, loss=shown)
-
-    return bar, update
 
 
 @app.command()
@@ -85,7 +63,7 @@ def train(
     options = {k: v for k, v in {"reference_field": reference_field,
                                  "question_field": question_field}.items() if v is not None}
     chosen = tuple(t.strip() for t in targets.split(",") if t.strip()) if targets else None
-    bar, update = _bar(f"{method} × {members}")
+    bar, update = progress_bar(f"{method} × {members}", loss=True)
     with user_errors():
         try:
             with bar:
