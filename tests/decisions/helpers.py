@@ -16,6 +16,22 @@ def generation(text: str, logprobs: list[float]) -> Generation:
                       token_logprobs=np.asarray(logprobs, dtype=np.float32))
 
 
+def traced(answer: str, top: list[list[float]]) -> Generation:
+    """A reasoning reply: a one-token final answer (none if ``answer`` is empty, as a trace
+    cut by the token budget) after a trace with these top-2 rows."""
+    n = len(top)
+    trace = Generation(text="thinking " * n, token_ids=list(range(n)),
+                       tokens=[f"t{i}" for i in range(n)],
+                       token_logprobs=np.asarray([r[0] for r in top], dtype=np.float32),
+                       top_logprobs=np.asarray(top, dtype=np.float32),
+                       top_tokens=[["a", "b"]] * n)
+    gen = generation(answer, [-0.1] if answer else [])
+    gen.trace = trace
+    if not answer:
+        gen.finish_reason = "length"
+    return gen
+
+
 def write_run(path: Path, records: list[Record], *, model: str = "hand", grader: str = "contains"
               ) -> Path:
     """Store ``records`` as a run of ``model`` graded by ``grader``."""

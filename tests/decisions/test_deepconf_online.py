@@ -17,28 +17,12 @@ from confide.decisions.deepconf import (
 )
 from confide.pipeline.streaming import AnswerStream, TraceStop
 from confide.scorers.reasoning import group_confidences, token_confidences, trace_confidence
-from tests.decisions.helpers import generation, write_run
+from tests.decisions.helpers import generation, traced, write_run
 
 # Top-2 log-probabilities a trace step; token confidence C = -(l1 + l2) / 2.
 H = [-0.05, -3.95]  # C = 2.0
 M = [-0.25, -2.75]  # C = 1.5
 L = [-0.6, -0.8]    # C = 0.7
-
-
-def traced(answer: str, top: list[list[float]]) -> Generation:
-    """A reasoning reply: a one-token final answer (none if ``answer`` is empty, as a trace
-    cut by the token budget) after a trace with these top-2 rows."""
-    n = len(top)
-    trace = Generation(text="thinking " * n, token_ids=list(range(n)),
-                       tokens=[f"t{i}" for i in range(n)],
-                       token_logprobs=np.asarray([r[0] for r in top], dtype=np.float32),
-                       top_logprobs=np.asarray(top, dtype=np.float32),
-                       top_tokens=[["a", "b"]] * n)
-    gen = generation(answer, [-0.1] if answer else [])
-    gen.trace = trace
-    if not answer:
-        gen.finish_reason = "length"
-    return gen
 
 
 # Window n = 2. Lowest group confidences (C_least) in the comments.

@@ -8,21 +8,7 @@ import pytest
 from confide.core.errors import InvalidInputError
 from confide.core.records import Generation, Item, Record
 from confide.decisions.voting import compare_filtered_votes, filtered_vote, trace_confidences
-from tests.decisions.helpers import generation, write_run
-
-
-def _traced(answer: str, top: list[list[float]]) -> Generation:
-    """A reasoning reply: a one-token final answer after a trace with these top-2 rows."""
-    n = len(top)
-    trace = Generation(text="thinking " * n, token_ids=list(range(n)),
-                       tokens=[f"t{i}" for i in range(n)],
-                       token_logprobs=np.asarray([r[0] for r in top], dtype=np.float32),
-                       top_logprobs=np.asarray(top, dtype=np.float32),
-                       top_tokens=[["a", "b"]] * n)
-    gen = generation(answer, [-0.1] if answer else [])
-    gen.trace = trace
-    return gen
-
+from tests.decisions.helpers import generation, traced, write_run
 
 # Trace confidences (DeepConf mean, top-2): C = -(l1 + l2) / 2 per token.
 SURE = [[-0.05, -3.95]] * 4         # C = 2.0 every token
@@ -63,12 +49,12 @@ def _record(i: int, samples: list[Generation], reference: str) -> Record:
 def trace_run(tmp_path):
     records = [
         # majority (3 of 5) says 5, the two confident traces say 4 (right)
-        _record(0, [_traced("4", SURE), _traced("5", UNSURE), _traced("5", UNSURE),
-                    _traced("5", SHAKY), _traced("4", SURE)], "4"),
+        _record(0, [traced("4", SURE), traced("5", UNSURE), traced("5", UNSURE),
+                    traced("5", SHAKY), traced("4", SURE)], "4"),
         # unanimous and right
-        _record(1, [_traced("7", SURE)] * 3, "7"),
+        _record(1, [traced("7", SURE)] * 3, "7"),
         # majority right (2 of 3), the one confident trace wrong
-        _record(2, [_traced("9", UNSURE), _traced("9", UNSURE), _traced("8", SURE)], "9"),
+        _record(2, [traced("9", UNSURE), traced("9", UNSURE), traced("8", SURE)], "9"),
         # no trace in any sample: skipped and counted
         _record(3, [generation("1", [-0.1]), generation("1", [-0.2])], "1"),
     ]
@@ -96,7 +82,7 @@ def test_compare_filtered_votes_per_item_and_overall(trace_run):
 
 
 def test_trace_confidences_nan_for_samples_without_a_final_answer():
-    record = _record(0, [_traced("4", SURE), _traced("", SURE), generation("4", [-0.1])], "4")
+    record = _record(0, [traced("4", SURE), traced("", SURE), generation("4", [-0.1])], "4")
     conf = trace_confidences(record, "mean")
     assert conf[0] == pytest.approx(2.0, abs=1e-6) and np.isnan(conf[1:]).all()
 
