@@ -25,12 +25,12 @@ On the bundled model (SmolLM2-135M-Instruct, bfloat16, in one process):
 Runs go under ``--work`` (default ``runs/bench-ensembles``) and resume; the report is
 written to ``benchmarks/results/ensembles.md``::
 
-    CONFIDE_DATA_DIR=/work/shared/data .venv/bin/python benchmarks/ensembles.py
+    CONFIDE_DATA_DIR=<data folder> .venv/bin/python benchmarks/ensembles.py
 
 The results file comes from a reduced run on 2 busy cores (LoRA training took about 23 s
 per member-step under a load average of 6-8), its command line at the top of the file::
 
-    CONFIDE_DATA_DIR=/work/shared/data .venv/bin/python benchmarks/ensembles.py \
+    CONFIDE_DATA_DIR=<data folder> .venv/bin/python benchmarks/ensembles.py \
         --lora-steps 10 --sve-steps 3 --items 40 --samples 2 --ood-items 10 --speed-items 8
 """
 
@@ -144,7 +144,12 @@ def main() -> None:
         first = np.mean(curve[0]) if curve else math.nan
         last = np.mean(curve[-1]) if curve else math.nan
         took = info.seconds or seconds
-        data = f"{where.get('data', 'bundled')} from item {where['offset']}"
+        # the data file named from the data folder, so no machine's path lands in the results
+        source = str(where.get("data", "bundled"))
+        base = os.environ.get("CONFIDE_DATA_DIR")
+        if base and source.startswith(base):
+            source = "$CONFIDE_DATA_DIR" + source[len(base.rstrip("/")):]
+        data = f"{source} from item {where['offset']}"
         log(f"| {method} | {info.count} | {info.steps_done} | {args.train_batch} | {data} | "
             f"{took:.0f} | {took / max(1, info.count * info.steps_done):.2f} | "
             f"{first:.3f} → {last:.3f} |")
