@@ -12,9 +12,14 @@ Two sources of the split:
 * **tags in the text** (:func:`split_reasoning`): ``<think>…</think>`` (configurable).
   The trace ends with the first closing tag; it begins at the reply's start, whether the
   reply opens it (it starts, white space aside, with the opening tag) or a chat template
-  put the opening tag in the prompt (DeepSeek-R1: the reply holds no opening tag). A
-  reply that opens a trace and never closes it is all trace: its final answer is
-  missing. A reply with neither tag is left as it is (no trace).
+  put the opening tag in the prompt (DeepSeek-R1, QwQ and the Qwen3 thinking models end
+  the generation prompt with ``<think>\n``: the reply holds no opening tag). A reply
+  that opens a trace and never closes it is all trace: its final answer is missing. So
+  is a reply whose *prompt* opened the trace (``Generation.trace_opened``, set by the
+  ``hf`` backend where the rendered prompt ends with the opening tag:
+  :func:`prompt_opens_trace`) and that holds no closing tag: a thinking model cut by the
+  token budget before it closed its trace, never an answer. A reply with neither tag,
+  from a prompt that opened none, is left as it is (no trace).
 * **a field of its own** (:func:`with_trace`): vLLM's and DeepSeek's
   ``reasoning_content``, OpenRouter's ``reasoning``, Ollama's ``thinking``.
 
@@ -59,7 +64,8 @@ from confide.core.records import Generation, MemberStatistics
 from confide.core.spans import loose, spelled, token_spans
 
 __all__ = ["DEFAULT_TAGS", "Tags", "final_answer_missing", "missing_answer_reason",
-           "reasoning_tags", "split_reasoning", "trace_split", "with_trace"]
+           "prompt_opens_trace", "reasoning_tags", "split_reasoning", "trace_split",
+           "with_trace"]
 
 Tags = tuple[str, str]
 #: The tags of Qwen3, DeepSeek-R1 and most open reasoning models.
@@ -127,6 +133,21 @@ def missing_answer_reason(gen: Generation) -> str | None:
     return "no final answer after the reasoning trace"
 
 
+def prompt_opens_trace(prompt_text: str, tags: Tags = DEFAULT_TAGS) -> bool:
+    """Whether a rendered prompt ends, white space aside, with the opening tag: the model's
+    reply then starts inside a trace (a chat template's thinking mode that writes the
+    opening tag itself: DeepSeek-R1, QwQ, Qwen3's thinking models).
+
+    >>> prompt_opens_trace("<|im_start|>assistant\\n<think>\\n")
+    True
+    >>> prompt_opens_trace("Answer: <think>2+2=4</think> 4\\n\\nAnswer:")  # k-shot exemplars
+    False
+    >>> prompt_opens_trace("<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n")  # thinking off
+    False
+    """
+    return prompt_text.rstrip().endswith(tags[0])
+
+
 def split_reasoning(gen: Generation, tags: Tags = DEFAULT_TAGS) -> Generation:
     """The final answer of ``gen`` with its reasoning trace split off by ``tags``.
 
@@ -134,7 +155,8 @@ def split_reasoning(gen: Generation, tags: Tags = DEFAULT_TAGS) -> Generation:
     ----------
     gen : Generation
         A whole reply: its text and tokens hold the trace and the answer. A generation
-        that already has a trace is returned as it is.
+        that already has a trace is returned as it is. ``gen.trace_opened``: its prompt
+        ended with the opening tag, so the reply is a trace from its first token.
     tags : (str, str), default ``("<think>", "</think>")``
         The opening and closing tags (:func:`reasoning_tags` checks a user's).
 
@@ -146,7 +168,8 @@ def split_reasoning(gen: Generation, tags: Tags = DEFAULT_TAGS) -> Generation:
         the closing tag's last one). ``gen`` itself when its text holds no trace (module
         notes). A trace that is never closed gives an empty answer with the reply's
         ``finish_reason`` (``"length"`` when the budget ran out), as does the trace's own
-        ``finish_reason``; a closed trace's is ``"stop"``.
+        ``finish_reason``; a closed trace's is ``"stop"``. A reply whose prompt opened
+        the trace and that holds no closing tag is such a trace too, never an answer.
 
     Examples
     --------
@@ -156,15 +179,19 @@ def split_reasoning(gen: Generation, tags: Tags = DEFAULT_TAGS) -> Generation:
     ('4', ['4'], '2+2 is 4', ['<think>', '2+2 is 4', '</', 'think>\\n\\n'])
     >>> split_reasoning(Generation("Paris")).trace is None
     True
+    >>> cut = split_reasoning(Generation("Let me add 2 and", finish_reason="length",
+    ...                                  trace_opened=True))  # the prompt ended with <think>
+    >>> cut.text, cut.trace.text, final_answer_missing(cut)
+    ('', 'Let me add 2 and', True)
     """
     opening, closing = tags
     if gen.trace is not None:
         return gen
     text = gen.text
-    opened = text.lstrip().startswith(opening)
+    opened = text.lstrip().startswith(opening)  # the reply writes the opening tag itself
     start = len(text) - len(text.lstrip()) + len(opening) if opened else 0
     close = text.find(closing, start)
-    if close < 0 and not opened:
+    if close < 0 and not opened and not gen.trace_opened:
         return gen
     reasoning = text[start:close] if close >= 0 else text[start:]
     answer = text[close + len(closing):] if close >= 0 else ""

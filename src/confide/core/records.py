@@ -165,7 +165,11 @@ class Generation:
     ``<think>`` block, or a server's ``reasoning_content``) as a generation of its own,
     with its own tokens and statistics, and this generation is the final answer after
     it; ``None`` when the reply has no trace. ``members`` holds the answer's tokens
-    under each ensemble member, where a run has an ensemble.
+    under each ensemble member, where a run has an ensemble. ``trace_opened``: the
+    prompt itself ended with the opening tag (a chat template's thinking mode), so the
+    whole reply is a trace until its closing tag
+    (:func:`confide.core.reasoning.split_reasoning`); set by the backend that rendered
+    the prompt, read once when the reply is split, never stored.
     """
 
     text: str
@@ -184,6 +188,7 @@ class Generation:
     token_boosted_prob: np.ndarray | None = None
     trace: Generation | None = None
     members: MemberStatistics | None = None
+    trace_opened: bool = False
 
     @property
     def n_tokens(self) -> int:
@@ -225,7 +230,7 @@ class Generation:
                    trace=None if d.get("trace") is None else cls.from_dict(d["trace"]),
                    members=(None if d.get("members") is None
                             else MemberStatistics.from_dict(d["members"])),
-                   **arrays)
+                   trace_opened=False, **arrays)  # split before it was stored
 
 
 @dataclass

@@ -21,6 +21,7 @@ from confide.scorers import (  # noqa: F401  (importing a family registers its s
     claims,
     consistency,
     ensemble,
+    final_answer,
     fitted,
     forward,
     information,
@@ -52,8 +53,8 @@ __all__ = ["FAMILIES", "LEVELS", "PLUGIN_GROUP", "SCORERS", "Cost", "Level", "Ne
 # then one more pass over that answer, then sampled answers, then an ensemble's members,
 # then extra questions to a model, then models fitted on a graded run; last the claim-level
 # scorers.
-FAMILIES = ("whitebox", "information", "reasoning", "forward", "sampling", "semantic",
-            "relevance", "consistency",
+FAMILIES = ("whitebox", "information", "reasoning", "final_answer", "forward", "sampling",
+            "semantic", "relevance", "consistency",
             "ensemble", "reflexive", "asking", "fitted", "claims")
 
 #: The entry-point group of scorer plugins (``[project.entry-points."confide.scorers"]``).

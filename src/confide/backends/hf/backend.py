@@ -224,6 +224,13 @@ class HFBackend(MeasuredSettings, ExtraPasses, DecodingLoop, Backend, Streams, T
         text as is."""
         return encode_prompt(self.tokenizer, prompt, thinking=thinking)
 
+    def generation_prompt(self, prompt: Prompt, *, thinking: bool = False) -> list[int]:
+        """Token ids of ``prompt`` as :meth:`generate` reads it, and so every pass over a
+        generation's prompt again (:mod:`~confide.backends.hf.passes`): ``thinking`` for a
+        reasoning run (``spec.reasoning_tags`` set), which renders a chat template's
+        thinking mode on; the one place the two are kept alike."""
+        return self.encode(prompt, thinking=thinking)
+
     def _piece(self, token_id: int) -> str:
         piece = self._piece_cache.get(token_id)
         if piece is None:

@@ -8,6 +8,13 @@ for all) and its cache copied to each of its rows; a row that finished leaves
 the batch at once and a waiting row takes its place, caches of different widths
 left-padded and stacked. Each step's logits are reduced to the statistics of
 :mod:`~confide.backends.hf.steps` and dropped.
+
+A reasoning run (``spec.reasoning_tags`` set) renders a chat template's thinking mode on
+(:meth:`~confide.backends.hf.HFBackend.generation_prompt`); where the rendered prompt ends
+with the opening tag (:func:`~confide.core.reasoning.prompt_opens_trace`) every reply of
+it is marked ``trace_opened``, so a reply cut before its closing tag is a trace with no
+final answer (:func:`~confide.core.reasoning.split_reasoning`). Pooled hidden states are
+those of the final answer's tokens alone, never the trace's (:meth:`DecodingLoop._finish`).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from confide.backends.base import (
 )
 from confide.backends.hf.cache import cache_from, gather_columns, key_values, select_rows
 from confide.backends.hf.steps import N_STEP_STATISTICS, choose_tokens, step_statistics
+from confide.core.reasoning import prompt_opens_trace, split_reasoning
 from confide.core.records import Generation
 
 __all__ = ["MIN_SHARED_PREFIX", "DecodingLoop", "common_prefix"]
@@ -48,6 +56,7 @@ class _Row:
     finish: str = "length"
     slot: int = -1                     # its place in the statistics buffers while decoding
     closing: bool = False              # done; one more pass for its last token's state
+    trace_opened: bool = False         # its prompt ended with the reasoning opening tag
 
 
 @dataclass
@@ -139,7 +148,8 @@ class DecodingLoop:
         _eos_ids: set[int]
         _prefix: tuple[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] | None
 
-        def encode(self, prompt: Prompt, *, thinking: bool = False) -> list[int]: ...
+        def generation_prompt(self, prompt: Prompt, *, thinking: bool = False
+                              ) -> list[int]: ...
         def _piece(self, token_id: int) -> str: ...
         def rows_per_step(self, context: int, wanted: int) -> int: ...
         def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor,
@@ -151,9 +161,14 @@ class DecodingLoop:
     def generate(self, prompts: list[Prompt], spec: GenerationSpec, seeds: list[int], *,
                  on_token: TokenCallback | None = None) -> list[GenerationResult]:
         # a reasoning run renders a chat template's thinking mode on, where it has one
-        encoded = [self.encode(p, thinking=spec.reasoning_tags is not None) for p in prompts]
+        encoded = [self.generation_prompt(p, thinking=spec.reasoning_tags is not None)
+                   for p in prompts]
         results = [GenerationResult(greedy=None) for _ in prompts]
         rows = self._rows(len(encoded), spec, seeds)
+        if spec.reasoning_tags is not None:
+            opened = [self.opens_trace(ids, spec.reasoning_tags) for ids in encoded]
+            for row in rows:
+                row.trace_opened = opened[row.question]
         step_hook = None if on_token is None else self._step_hook(rows, on_token)
         for row, gen in zip(rows, self._decode(rows, encoded, spec, step_hook), strict=True):
             if row.generator is None:
@@ -161,6 +176,14 @@ class DecodingLoop:
             else:
                 results[row.question].samples.append(gen)
         return results
+
+    def opens_trace(self, prompt_ids: list[int], tags: tuple[str, str]) -> bool:
+        """Whether the encoded prompt ends with the opening tag ``tags[0]`` (white space
+        aside): the reply then starts inside a trace
+        (:func:`~confide.core.reasoning.prompt_opens_trace`). Special tokens are kept: a
+        tag may be one (Qwen3's ``<think>``)."""
+        tail = self.tokenizer.decode(prompt_ids[-16:], skip_special_tokens=False)
+        return prompt_opens_trace(tail, tags)
 
     @staticmethod
     def _rows(n_questions: int, spec: GenerationSpec, seeds: list[int]) -> list[_Row]:
@@ -487,18 +510,33 @@ class DecodingLoop:
             token_fisher_rao_uniform=stats[:n, 4].astype(np.float32),
             token_boosted_prob=stats[:n, 5].astype(np.float32),
             finish_reason=row.finish,
+            trace_opened=row.trace_opened,
         )
         if spec.top_k_alternatives:
             gen.top_logprobs = top_lp[:n].astype(np.float32)
             gen.top_tokens = [[self._piece(t) for t in step] for step in top_ids[:n].tolist()]
-        if hidden is not None and n:
+        first = 0 if hidden is None else _answer_start(gen, spec)
+        if hidden is not None and first < n:
             # hidden[t] is the state of the input at step t: the prompt's last token at
-            # step 0, answer token t - 1 after; the answer's own states are 1 .. n.
+            # step 0, reply token t - 1 after; the reply's own states are 1 .. n, and
+            # the final answer's (after a trace of `first` tokens) first + 1 .. n.
             gen.hidden = {}
             for j, layer in enumerate(spec.hidden_layers):
                 gen.hidden[f"{layer}:last"] = hidden[n, j].astype(np.float16)
-                gen.hidden[f"{layer}:mean"] = hidden[1:n + 1, j].mean(0).astype(np.float16)
+                gen.hidden[f"{layer}:mean"] = hidden[first + 1:n + 1, j].mean(0).astype(
+                    np.float16)
         return gen
+
+
+def _answer_start(gen: Generation, spec: GenerationSpec) -> int:
+    """How many of ``gen``'s tokens are its reasoning trace's (0 outside a reasoning run, or
+    for a reply without a trace): the pooled hidden states read the final answer after
+    them, as every answer-level scorer does (:func:`~confide.core.reasoning.split_reasoning`
+    places the cut; a reply that is all trace leaves no answer, and no pooled state)."""
+    if spec.reasoning_tags is None:
+        return 0
+    trace = split_reasoning(gen, spec.reasoning_tags).trace
+    return 0 if trace is None else trace.n_tokens
 
 
 def _chosen_layers(layers: Any, hidden_layers: tuple[int, ...]) -> torch.Tensor | None:

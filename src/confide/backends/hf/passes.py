@@ -5,10 +5,16 @@
 * :meth:`ExtraPasses.unconditioned_logprobs`: the answer's tokens after a
   neutral prompt instead of the question (``pmi``, ``cpmi``);
 * :meth:`ExtraPasses.attention_diagonals`: each position's attention to itself
-  over prompt + answer (``rauq``, ``attention_score``).
+  over prompt + answer (``rauq``, ``attention_score``);
+* :meth:`ExtraPasses.continuation_logprobs`: chosen tokens after prompt + given
+  context, e.g. a reasoning trace and a "Final answer:" cue (``cued_answer_logprob``).
 
 Each is a teacher-forced pass over given tokens, logits projected in float32;
-nothing is generated.
+nothing is generated. A pass that reads a generation's own prompt again takes
+``thinking``, how that generation rendered it (a reasoning run renders a chat
+template's thinking mode on: :meth:`~confide.backends.hf.HFBackend.encode`), so
+it reads the very prompt the answer was generated from
+(:meth:`~confide.backends.hf.HFBackend.generation_prompt`).
 """
 
 from __future__ import annotations
@@ -40,7 +46,9 @@ class ExtraPasses:
         _decoder: Any
         _eos_ids: set[int]
 
-        def encode(self, prompt: Prompt) -> list[int]: ...
+        def encode(self, prompt: Prompt, *, thinking: bool = False) -> list[int]: ...
+        def generation_prompt(self, prompt: Prompt, *, thinking: bool = False
+                              ) -> list[int]: ...
         def float32_logits(self, hidden: torch.Tensor) -> torch.Tensor: ...
         def _left_padded(self, prompts: list[list[int]]
                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
@@ -86,6 +94,65 @@ class ExtraPasses:
         return out
 
     # -- the answer scored again -----------------------------------------------
+
+    def cue_and_answer_ids(self, cue: str, answer: str) -> tuple[list[int], list[int]]:
+        """Token ids of ``cue + answer`` as the tokenizer reads the two together, split
+        where the answer's tokens begin: the first token that holds a character of
+        ``answer`` (a space between them is the cue's where it is a token of its own,
+        as SmolLM2 writes ``" 6"``, and the answer's where a token joins it, ``" B"``).
+        """
+        ids = list(self.tokenizer(cue + answer, add_special_tokens=False)["input_ids"])
+        k = 0
+        while k < len(ids) and len(self.tokenizer.decode(ids[:k + 1])) <= len(cue):
+            k += 1
+        return ids[:k], ids[k:]
+
+    @torch.inference_mode()
+    def continuation_logprobs(self, prompts: list[Prompt], contexts: list[list[int]],
+                              continuations: list[list[int]], *, thinking: bool = False
+                              ) -> list[np.ndarray]:
+        r"""Log-probability of each continuation token after the prompt and a context.
+
+        .. math:: \ell_t = \log p(c_t \mid x, z, c_{<t})
+
+        :math:`x` the prompt's tokens as the generation read them
+        (:meth:`~confide.backends.hf.HFBackend.generation_prompt`; ``thinking``: as a
+        reasoning run renders it), :math:`z` the context's tokens (a reasoning trace as
+        it was generated, then a cue such as ``"\nFinal answer:"``), :math:`c` the
+        continuation's. One teacher-forced pass per batch of ``batch_size``
+        (left-padded), only the continuation's positions projected, in float32; no cache
+        kept. Returns one float64 array of length ``len(continuation)`` per triple, in
+        order.
+
+        Raises :class:`~confide.core.errors.InvalidInputError` when the lists differ
+        in length, or a continuation is empty, or has nothing before it.
+        """
+        if not len(prompts) == len(contexts) == len(continuations):
+            raise InvalidInputError(f"{len(prompts)} prompts, {len(contexts)} contexts and "
+                                    f"{len(continuations)} continuations: give one of each "
+                                    "per answer", field="continuations")
+        rows = []
+        for prompt, context, continuation in zip(prompts, contexts, continuations,
+                                                 strict=True):
+            head = self.generation_prompt(prompt, thinking=thinking) + list(context)
+            if not continuation or not head:
+                raise InvalidInputError("a continuation needs at least one token, and a "
+                                        "prompt or context before it", field="continuations")
+            rows.append((head, list(continuation)))
+        out: list[np.ndarray] = []
+        for start in range(0, len(rows), self.batch_size):
+            chunk = rows[start:start + self.batch_size]
+            input_ids, mask, positions = self._left_padded([h + c for h, c in chunk])
+            hidden = self._decoder(input_ids=input_ids, attention_mask=mask,
+                                   position_ids=positions, use_cache=False).last_hidden_state
+            width = input_ids.shape[1]
+            for b, (_, continuation) in enumerate(chunk):
+                n = len(continuation)
+                logp = torch.log_softmax(self.float32_logits(hidden[b, width - n - 1:width - 1]),
+                                         dim=-1)
+                index = torch.tensor(continuation, dtype=torch.long, device=self.device)[:, None]
+                out.append(logp.gather(-1, index).squeeze(-1).double().cpu().numpy())
+        return out
 
     def neutral_prompt(self, chat: bool | None = None) -> list[int]:
         """Token ids of a prompt without a question, for scoring an answer unconditioned.
@@ -143,8 +210,8 @@ class ExtraPasses:
         return out
 
     @torch.inference_mode()
-    def attention_diagonals(self, prompts: list[Prompt], answers: list[list[int]]
-                            ) -> list[tuple[int, np.ndarray]]:
+    def attention_diagonals(self, prompts: list[Prompt], answers: list[list[int]], *,
+                            thinking: bool = False) -> list[tuple[int, np.ndarray]]:
         r"""Each position's attention to itself, per layer and head, over prompt + answer.
 
         .. math:: d_{l,h,i} = A^{(l,h)}_{i,i}, \qquad
@@ -156,7 +223,9 @@ class ExtraPasses:
         :math:`p + T`). In the decoding loop the step that chose answer token
         :math:`y_j` ran its query at position :math:`p + j - 1` (the token
         :math:`y_{j-1}`), so :math:`d_{l,h,p+j-1}` is the weight that step gave
-        the token just generated.
+        the token just generated. The prompt is read as the generation read it
+        (:meth:`~confide.backends.hf.HFBackend.generation_prompt`; ``thinking``: as a
+        reasoning run renders it).
 
         Attention weights need the eager attention kernel: the model is
         switched to it for this pass alone and back afterwards, so the
@@ -170,7 +239,7 @@ class ExtraPasses:
         self.model.set_attn_implementation("eager")
         try:
             for prompt, answer in zip(prompts, answers, strict=True):
-                prompt_ids = self.encode(prompt)
+                prompt_ids = self.generation_prompt(prompt, thinking=thinking)
                 ids = torch.tensor([prompt_ids + list(answer)], device=self.device)
                 attentions = self._decoder(input_ids=ids, use_cache=False,
                                            output_attentions=True).attentions
