@@ -45,7 +45,12 @@ from confide.decisions.calibration import (
     load_calibrator,
     shipped_calibrator,
 )
-from confide.decisions.deepconf import OnlineVoteComparison, replay_deepconf_online
+from confide.decisions.deepconf import (
+    LiveDeepConf,
+    OnlineVoteComparison,
+    deepconf,
+    replay_deepconf_online,
+)
 from confide.decisions.refining import RefineSummary, refine, refine_run
 from confide.decisions.routing import CascadeCurve, CascadePoint, cascade
 from confide.decisions.routing import route_models as route
@@ -101,15 +106,15 @@ __all__ = [
     "AbstentionFit", "AdaptiveReport", "BackendError", "CalibrationFit", "CannotScore",
     "CascadeCurve", "CascadePoint", "ClaimConfig", "ClaimStage", "ConfideError", "ConfigMismatch",
     "DEFAULT_SCORERS", "EXPORT_FORMATS", "EarlyAbstention", "EvalTable", "Exported",
-    "FilteredVoteComparison", "InvalidInputError", "Item", "ModelLoadError",
+    "FilteredVoteComparison", "InvalidInputError", "Item", "LiveDeepConf", "ModelLoadError",
     "OnlineVoteComparison", "Recommendation", "Run", "RunConfig", "RunPlan", "ScoredAnswer",
     "ScoredAnswers", "SelfReflectResult", "StoreError", "StreamEnd", "TokenUpdate",
     "UncertaintySummary", "UnknownNameError", "VoteComparison", "abstain", "apply_learned",
     "ascore", "ascore_answers", "build_server", "calibrate", "cascade", "claim_stage",
-    "compare_filtered_votes", "compare_votes", "default_run_dir", "detect_format", "evaluate",
-    "execute", "export", "fit_learned", "generate_and_evaluate", "import_file", "label",
-    "list_metrics", "list_scorers", "list_tasks", "load_calibrator", "load_model", "make_report",
-    "open_run", "prepare", "recommend", "refine", "replay_adaptive", "replay_deepconf_online",
+    "compare_filtered_votes", "compare_votes", "deepconf", "default_run_dir", "detect_format",
+    "evaluate", "execute", "export", "fit_learned", "generate_and_evaluate", "import_file",
+    "label", "list_metrics", "list_scorers", "list_tasks", "load_calibrator", "load_model",
+    "make_report", "open_run", "prepare", "recommend", "refine", "replay_adaptive", "replay_deepconf_online",
     "route", "run_server", "samples_needed", "score", "score_answers", "selfreflect_distance",
     "stream", "summarize", "train", "wrap",
 ]
@@ -271,7 +276,8 @@ async def ascore(model: Backend, questions: Question | Sequence[Question], **opt
 def stream(model: Backend, question: str | Item, *,
            scorers: str | Sequence[str] = DEFAULT_SCORERS, max_new_tokens: int = 64,
            stop: tuple[str, ...] = (), seed: int = 0,
-           early_abstain_below: float | None = None, early_abstain_after: int = 4
+           early_abstain_below: float | None = None, early_abstain_after: int = 4,
+           reasoning_tags: tuple[str, str] | str | None = None
            ) -> Iterator[TokenUpdate | StreamEnd]:
     """Answer one question token by token, with confidence while the answer streams.
 
@@ -282,15 +288,21 @@ def stream(model: Backend, question: str | Item, *,
     running confidence falls below it (after ``early_abstain_after`` tokens) and
     ``StreamEnd.abstained`` says why. Leaving the loop early stops generation.
 
+    ``reasoning_tags`` (``"<think>,</think>"``; default None: off), as :func:`score`'s: a
+    reasoning model's trace tokens come as updates with ``span == "trace"`` and their text
+    in ``trace_delta`` (``delta`` is the final answer's); the early-abstention policy and
+    the running confidence read the answer's tokens alone, and the record's scores are
+    the final answer's (``record.greedy.trace`` holds the trace).
+
     >>> for event in confide.stream(model, "Capital of France?"):  # doctest: +SKIP
     ...     print(event.delta if isinstance(event, TokenUpdate) else event.record.scores)
     """
     early = None if early_abstain_below is None else EarlyAbstention(early_abstain_below,
                                                                      early_abstain_after)
     plan = question_plan([question], scorers=scorers, max_new_tokens=max_new_tokens,
-                         stop=stop, seed=seed)
+                         stop=stop, seed=seed, reasoning_tags=reasoning_tags)
     item = plan.task.items[0]
-    pipe = Pipeline.build(model, plan.scorers, seed=seed)
+    pipe = Pipeline.build(model, plan.scorers, seed=seed, reasoning_tags=plan.spec.reasoning_tags)
     prompt = plan.task.render(item, chat=model.has_chat_template)
     return stream_answer(pipe, item, prompt, plan.spec, item_seed(seed, item.id), early=early)
 
@@ -333,7 +345,8 @@ def train(model: str | Backend, data: str | Path | None = None, *, task: str | N
           dtype: str | None = None, device: str | None = None, **options: Any) -> Any:
     """Train ensemble members of a local model (``confide train``): LoRA adapters, singular
     values (``sve``) or MC dropout passes (:func:`confide.learned.training.train_members`;
-    ``options``: ``rank``, ``lr``, ``seed``, ``batch_size``, ``offset``, ``limit``, ...).
+    ``options``: ``layers`` (``"top-K"`` or ``"all"``; default the top quarter), ``rank``,
+    ``lr``, ``seed``, ``batch_size``, ``offset``, ``limit``, ...).
     ``model`` is a loaded ``hf`` backend or a name loaded here. Resumes a killed training
     in ``out``. Returns the :class:`~confide.backends.hf.members.EnsembleInfo` of
     ``out/ensemble.json``."""

@@ -1,4 +1,4 @@
-"""The decision commands: ``calibrate``, ``abstain``, ``route``, ``vote``.
+"""The decision commands: ``calibrate``, ``abstain``, ``route``, ``vote``, ``deepconf``.
 
 Each command imports :mod:`confide.api` in its body, not at the top, so that
 ``confide --help`` loads no model code."""
@@ -176,3 +176,63 @@ def vote(
         render_filtered_votes(console, filtered)
     if replayed is not None:
         render_online_votes(console, replayed)
+
+
+@app.command()
+def deepconf(
+    question: Annotated[str, typer.Argument(help="the question (with --prompt text: the "
+                                                 "whole prompt)")],
+    model: Annotated[str, typer.Option(help="bundled alias, model dir or hub id")
+                     ] = DEFAULT_MODEL,
+    backend: Annotated[str, typer.Option(help="a backend that streams its samples (hf)")
+                       ] = "hf",
+    prompt: Annotated[str, typer.Option(
+        help="cot (GSM8K's k-shot chain-of-thought exemplars, traces in <think> tags; the "
+             "bundled models), chat (one user turn: a reasoning model's thinking mode), or "
+             "text (the question as the whole prompt)")] = "cot",
+    reference: Annotated[Optional[str], typer.Option(
+        help="the accepted answer: grade the DeepConf and majority answers")] = None,
+    warmup: Annotated[int, typer.Option(help="warm-up traces generated whole (paper: 16)")
+                      ] = 4,
+    budget: Annotated[int, typer.Option(help="most traces in all, warm-up included")] = 16,
+    eta: Annotated[float, typer.Option(
+        help="the stop threshold is the (100 - ETA)-th percentile of the warm-up traces' "
+             "lowest group confidence (10: DeepConf-low, 90: DeepConf-high)")] = 10.0,
+    consensus: Annotated[float, typer.Option(
+        help="stop sampling once the weighted vote's leader holds this share")] = 0.95,
+    window: Annotated[Optional[int], typer.Option(
+        help="group size in trace tokens (default 2048)")] = None,
+    threshold: Annotated[Optional[float], typer.Option(
+        help="a fixed stop threshold instead of the warm-up's percentile")] = None,
+    max_new_tokens: Annotated[Optional[int], typer.Option(
+        help="per trace (default 384 with --prompt cot, else 1024)")] = None,
+    stop: Annotated[Optional[str], typer.Option(
+        help="a stop sequence, \\n for a line break (default: --prompt cot's next question, "
+             "else none)")] = None,
+    temperature: Annotated[Optional[float], typer.Option(help="sampling temperature")] = None,
+    top_p: Annotated[Optional[float], typer.Option(help="sampling nucleus (top-p)")] = None,
+    batch: Annotated[int, typer.Option(help="traces drawn per call after the warm-up")] = 1,
+    seed: Annotated[int, typer.Option(help="trace j draws from seed + j")] = 0,
+    judge: Annotated[Optional[str], typer.Option(
+        help="equivalence judge of final answers (default: numeric with cot, else exact)")
+                     ] = None,
+    reasoning_tags: Annotated[Optional[str], typer.Option(
+        help="the trace's tags, '<open>,<close>' (default '<think>,</think>')")] = None,
+) -> None:
+    """DeepConf-online live: warm-up traces set a threshold, later traces are stopped as
+    they are generated once their window confidence falls below it, and sampling stops
+    at consensus. Prints the answer, the vote, each trace and the tokens generated."""
+    from confide import api
+    from confide.cli.decision_tables import render_live_deepconf
+
+    with user_errors():
+        item = api.Item(id="q0", prompt=question,
+                        references=[] if reference is None else [reference])
+        loaded = api.load_model(model, backend=backend)
+        out = api.deepconf(loaded, item, warmup=warmup, budget=budget, eta=eta,
+                           consensus=consensus, window=window, threshold=threshold,
+                           prompt=prompt, max_new_tokens=max_new_tokens,
+                           stop=None if stop is None else (stop.replace("\\n", "\n"),),
+                           temperature=temperature, top_p=top_p, batch=batch, seed=seed,
+                           judge=judge, reasoning_tags=reasoning_tags)
+    render_live_deepconf(console, out)

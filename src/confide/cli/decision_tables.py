@@ -20,12 +20,14 @@ if TYPE_CHECKING:  # only annotations: the commands import the API when they run
         CascadeCurve,
         CascadePoint,
         FilteredVoteComparison,
+        LiveDeepConf,
         OnlineVoteComparison,
         VoteComparison,
     )
 
 __all__ = ["render_abstention", "render_adaptive", "render_calibration", "render_cascade",
-           "render_filtered_votes", "render_online_votes", "render_votes"]
+           "render_filtered_votes", "render_live_deepconf", "render_online_votes",
+           "render_votes"]
 
 
 def _f(value: float, digits: int = 3) -> str:
@@ -170,6 +172,38 @@ def render_online_votes(console: Console, cmp: OnlineVoteComparison,
                   + f"{cmp.n} items; majority and offline vote read every stored trace; "
                     "a replay of the stored traces in order, not a live run"
                   + (f"; skipped: {', '.join(skipped)}" if skipped else ""))
+
+
+def render_live_deepconf(console: Console, out: LiveDeepConf) -> None:
+    table = Table("trace", "role", "tokens", "C_least", "stopped at", "votes", "final answer",
+                  title=f"DeepConf-online live: warm-up {out.warmup}, budget {out.budget}, "
+                        f"eta {out.eta:g} %, window {out.window}, consensus "
+                        f"{out.consensus:g}, threshold {out.threshold:.4g}",
+                  title_justify="left")
+    for t in out.traces:
+        table.add_row(f"{t.index}", t.role, f"{t.tokens}", _f(t.confidence),
+                      "" if t.stopped_at is None else f"{t.stopped_at}",
+                      "yes" if t.votes else "", escape(t.answer[:60]))
+    console.print(table)
+
+    def graded(value: float | None) -> str:
+        return "" if value is None else f" (graded {_f(value, 1)} by {out.grader})"
+
+    shares = ", ".join(f"{escape(a[:40])!r} {v:.2f}" for a, v in out.shares.items())
+    console.print(
+        f"answer: {escape(repr(out.answer))}{graded(out.correct)}; vote shares: "
+        f"{shares or 'none (no trace voted)'}"
+        + (" (consensus reached)" if out.reached else " (budget spent)") + "\n"
+        f"majority vote over the {sum(1 for t in out.traces if t.stopped_at is None and t.answer)}"
+        " trace(s) with a final answer: "
+        f"{escape(repr(out.majority))}{graded(out.majority_correct)}\n"
+        f"traces: {out.count('generated')} generated, {out.count('stopped')} stopped, "
+        f"{out.count('voted')} voted, {out.count('no_answer')} without a final answer\n"
+        f"tokens: {out.tokens} generated against about {out.tokens_full:.0f} for all "
+        f"{out.budget} traces whole (estimate: the warm-up traces' mean length x budget), "
+        f"{_f(out.saved_share, 2)} saved")
+    for note in out.notes:
+        console.print(f"[yellow]{escape(note)}[/yellow]")
 
 
 def render_adaptive(console: Console, report: AdaptiveReport) -> None:

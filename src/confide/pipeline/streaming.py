@@ -157,6 +157,13 @@ class TraceStop:
     full statistics. A row whose top-k are missing, fewer than two or not finite is not
     judged. ``stopped`` maps ``(prompt, sample)`` to the trace tokens generated at the stop.
 
+    With ``opening`` True a row is judged only once its text opens with the opening tag
+    (white space aside): a reply without a trace (a k-shot prompt's model that skipped it)
+    is never stopped, as :func:`~confide.decisions.deepconf.stop_point` judges only a
+    trace; leave it False where the prompt holds the opening tag (DeepSeek-R1's template).
+    A backend that gets the trace apart (:attr:`TokenEvent.in_trace
+    <confide.backends.base.TokenEvent.in_trace>`) has its answer tokens never judged.
+
     Cost per token: one ``k``-vector mean and a running window sum; the closing tag is
     looked for in the row's text the loop already decodes for every event.
 
@@ -169,7 +176,8 @@ class TraceStop:
     """
 
     def __init__(self, threshold: float, *, window: int = 2048,
-                 tags: tuple[str, str] = ("<think>", "</think>")) -> None:
+                 tags: tuple[str, str] = ("<think>", "</think>"),
+                 opening: bool = False) -> None:
         if not math.isfinite(threshold):
             raise InvalidInputError(f"must be a finite number, got {threshold!r}",
                                     field="threshold")
@@ -177,6 +185,7 @@ class TraceStop:
             raise InvalidInputError(f"must be a positive integer, got {window!r}",
                                     field="window")
         self.threshold, self.window, self.closing = float(threshold), window, tags[1]
+        self.opening = tags[0] if opening else None
         self._rows: dict[tuple[int, int], _TraceWindow] = {}
         self.stopped: dict[tuple[int, int], int] = {}
 
@@ -190,6 +199,12 @@ class TraceStop:
         row = self._rows.setdefault(key, _TraceWindow())
         if row.done:
             return None
+        if event.trace is not None and not event.in_trace:
+            # the backend split the trace off: its end shows at the answer's first token,
+            # where a trace shorter than the window is judged once, as a closing tag is
+            row.done = True
+            n = len(row.values)
+            return self._stop(key, row, n) if 0 < n < self.window else None
         try:
             c = float(token_confidences([[v for _, v in event.top]])[0])
         except CannotScore:
@@ -199,15 +214,26 @@ class TraceStop:
         row.total += c
         if len(row.values) > self.window:
             row.total -= row.values[len(row.values) - self.window - 1]
-        n = min(self.window, len(row.values))
-        closed = self.closing in event.text
+        if self.opening is not None and not row.opened and event.trace is None:
+            head = event.text.lstrip()
+            if not head.startswith(self.opening):
+                row.done = not self.opening.startswith(head)  # a reply with no trace
+                return None  # (or a partial opening tag: not judged yet)
+            row.opened = True
+        closed = event.trace is None and self.closing in event.text
         if closed:
             row.done = True  # the final answer follows: never stopped
-        if (n == self.window or closed) and row.total / n < self.threshold:
-            self.stopped[key] = len(row.values)
-            return (f"deepconf: group confidence {row.total / n:.3f} < {self.threshold:g} "
-                    f"at trace token {len(row.values)}")
+        if len(row.values) >= self.window or closed:
+            return self._stop(key, row, min(self.window, len(row.values)))
         return None
+
+    def _stop(self, key: tuple[int, int], row: _TraceWindow, n: int) -> str | None:
+        """End the row if its last ``n`` trace tokens' mean confidence is below the threshold."""
+        if row.total / n >= self.threshold:
+            return None
+        self.stopped[key] = len(row.values)
+        return (f"deepconf: group confidence {row.total / n:.3f} < {self.threshold:g} "
+                f"at trace token {len(row.values)}")
 
 
 @dataclass
@@ -215,6 +241,7 @@ class _TraceWindow:
     values: list[float] = field(default_factory=list)
     total: float = 0.0
     done: bool = False
+    opened: bool = False
 
 
 @dataclass(frozen=True)
