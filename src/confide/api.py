@@ -114,9 +114,9 @@ __all__ = [
     "compare_filtered_votes", "compare_votes", "deepconf", "default_run_dir", "detect_format",
     "evaluate", "execute", "export", "fit_learned", "generate_and_evaluate", "import_file",
     "label", "list_metrics", "list_scorers", "list_tasks", "load_calibrator", "load_model",
-    "make_report", "open_run", "prepare", "recommend", "refine", "replay_adaptive", "replay_deepconf_online",
-    "route", "run_server", "samples_needed", "score", "score_answers", "selfreflect_distance",
-    "stream", "summarize", "train", "wrap",
+    "make_report", "open_run", "prepare", "recommend", "refine", "replay_adaptive",
+    "replay_deepconf_online", "route", "run_server", "samples_needed", "score", "score_answers",
+    "selfreflect_distance", "stream", "summarize", "train", "wrap",
 ]
 
 #: What ``calibrator=`` takes: a fitted calibrator or the path of its JSON file; None for
