@@ -24,6 +24,9 @@ peak resident memory (``ru_maxrss``) and the load average (the machine is shared
 read the figures beside it).
 
     .venv/bin/python benchmarks/import_speed.py --records 100000
+
+Two versions compare on one log: ``--log`` reads a log written before instead of writing
+one, ``--no-read`` skips step 1 (``benchmarks/results/import_speed.md``).
 """
 
 from __future__ import annotations
@@ -126,16 +129,17 @@ def score_answers_rate(log: Path, scorers: list[str], records: int, batch: int
 
 def stage_times(log: Path, scorers: list[str], records: int) -> dict[str, float]:
     """µs of CPU per record of each stage of an import, each stage timed over the first
-    ``records`` records at once (decode, parse, plan, each scorer in record order, grade,
-    encode), garbage collection off; the import's own loop, its file hash and SQLite are
-    not in it. Stages share caches as in an import (the scorers of one record run
-    together)."""
+    ``records`` records at once (decode, parse, plan, each scorer over blocks of
+    ``BLOCK_RECORDS`` records as the import runs it, grade, encode), garbage collection off;
+    the import's own loop, its file hash and SQLite are not in it."""
     from confide.equivalence.judges import make_judge
     from confide.ingest.common import decode_line
     from confide.ingest.reading import parse_value
     from confide.pipeline.answering import grade_record
     from confide.pipeline.scorer_plan import ScorerPlan, record_capabilities
-    from confide.scorers import SCORERS, ScoringContext, run_scorer
+    from confide.runs.import_workers import BLOCK_RECORDS
+    from confide.scorers import SCORERS, ScoringContext
+    from confide.scorers.base import run_scorer_block
     from confide.store.run_store import RunStore
 
     with log.open("rb") as fh:
@@ -156,16 +160,22 @@ def stage_times(log: Path, scorers: list[str], records: int) -> dict[str, float]
         records_ = [r.to_record() for r in read]
         plan = ScorerPlan([SCORERS[s] for s in scorers], imported=True)
         caps = timed("plan (capabilities)", lambda: [record_capabilities(r) for r in records_])
-        ctx = ScoringContext(judge=make_judge("exact"), seed=0)
+        judge = make_judge("exact")
         each = {name: 0.0 for name in scorers}
-        clock = time.process_time  # a system call each (about 1 µs, counted in each scorer)
+        clock = time.process_time
 
-        def score() -> None:
-            for record, cap in zip(records_, caps, strict=True):
-                for spec, why in plan.split(cap):
+        def score() -> None:  # as the import does: each scorer over a block of records
+            for a in range(0, n, BLOCK_RECORDS):
+                block = records_[a:a + BLOCK_RECORDS]
+                splits = [plan.split(c) for c in caps[a:a + BLOCK_RECORDS]]
+                ctxs = [ScoringContext(judge=judge, seed=0) for _ in block]
+                for j, spec in enumerate(plan.specs):
                     began = clock()
-                    if why is None:
-                        record.scores[spec.name] = run_scorer(spec, record, ctx)[0]
+                    fed = [i for i, split in enumerate(splits) if split[j][1] is None]
+                    values = run_scorer_block(spec, [block[i] for i in fed],
+                                              [ctxs[i] for i in fed])
+                    for i, (value, _) in zip(fed, values, strict=True):
+                        block[i].scores[spec.name] = value
                     each[spec.name] += clock() - began
 
         timed("scorers", score)
@@ -195,21 +205,28 @@ def main() -> None:
     parser.add_argument("--stages", type=int, default=0,
                         help="records to time stage by stage (stage_times; 0: none)")
     parser.add_argument("--dir", type=Path, default=None, help="work folder (default: a temp)")
+    parser.add_argument("--log", type=Path, default=None,
+                        help="a log written before (by this script, --records of them): "
+                             "read instead of writing one, so runs of two versions compare "
+                             "on the same file")
+    parser.add_argument("--no-read", action="store_true", help="skip the read-only pass")
     args = parser.parse_args()
     work = Path(args.dir or tempfile.mkdtemp(prefix="import-speed-"))
     work.mkdir(parents=True, exist_ok=True)
-    log = work / "log.jsonl"
-    began = time.perf_counter()
-    size = write_log(log, args.records, tokens=args.tokens, top=args.top)
-    print(f"wrote {args.records} records ({size / 1e6:.0f} MB, {args.tokens} tokens, top-"
-          f"{args.top}) in {time.perf_counter() - began:.1f} s")
+    log = args.log or work / "log.jsonl"
+    if args.log is None:
+        began = time.perf_counter()
+        size = write_log(log, args.records, tokens=args.tokens, top=args.top)
+        print(f"wrote {args.records} records ({size / 1e6:.0f} MB, {args.tokens} tokens, top-"
+              f"{args.top}) in {time.perf_counter() - began:.1f} s")
     scorers = free_scorers()
     print(f"scorers ({len(scorers)}): {', '.join(scorers)}")
 
-    began = time.perf_counter()
-    n = sum(1 for _ in read_generations(log))
-    read_s = time.perf_counter() - began
-    print(f"read only:  {n} records in {read_s:.1f} s = {n / read_s:.0f} records/s")
+    if not args.no_read:
+        began = time.perf_counter()
+        n = sum(1 for _ in read_generations(log))
+        read_s = time.perf_counter() - began
+        print(f"read only:  {n} records in {read_s:.1f} s = {n / read_s:.0f} records/s")
 
     for workers in args.workers:
         out = work / f"run-w{workers}"
@@ -247,7 +264,7 @@ def main() -> None:
 
     if args.stages:
         stages = stage_times(log, scorers, min(args.stages, args.records))
-        print("stages, µs of CPU per record (each scorer timed alone, in record order):")
+        print("stages, µs of CPU per record (each scorer timed over blocks of records):")
         for name, value in stages.items():
             print(f"  {name:28s} {value:7.1f}")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import math
 import multiprocessing
 import os
 import signal
@@ -30,12 +31,19 @@ from confide.ingest import (
 )
 from confide.ingest.sources import is_compressed
 from confide.pipeline.answering import grade_record
-from confide.pipeline.scorer_plan import Capabilities, ScorerPlan, score_record
+from confide.pipeline.scorer_plan import (
+    Capabilities,
+    ScorerPlan,
+    record_capabilities,
+    score_record,
+)
 from confide.scorers import SCORERS, ScoringContext
+from confide.scorers.base import run_scorer_block
 from confide.store.run_store import LABEL_GRADE, RunStore
 
-__all__ = ["PARALLEL_MIN_BYTES", "Read", "RecordScorer", "Setup", "file_chunks", "keep_notes",
-           "score_here", "score_in_workers", "scored", "worker_count"]
+__all__ = ["BLOCK_RECORDS", "PARALLEL_MIN_BYTES", "Read", "RecordScorer", "Setup", "file_chunks",
+           "keep_notes", "score_here", "score_in_workers", "scored", "scored_block",
+           "worker_count"]
 
 
 # --- one record: score, grade, encode (here or in a worker process) ------------------------
@@ -83,12 +91,48 @@ class RecordScorer:
         return Read(imported.line, item_id, RunStore.encode(record), caps,
                      dict(imported.approximate), bool(record.grades))
 
+    def block(self, block: list[Imported]) -> Iterator[Read]:
+        """:meth:`__call__` of each of ``block``, in order, the same Reads; the scorers run
+        over the block at once (:func:`scored_block`). Should scoring the block raise, the
+        records are taken one by one instead, so the records before the one that raises
+        come out first, as they would."""
+        todo = [imported for imported in block if imported.item.id not in self.done]
+        try:
+            done = iter(scored_block(todo, self.plan, self.judge, self.setup.grader))
+        except Exception:
+            yield from map(self, block)
+            return
+        for imported in block:
+            if imported.item.id in self.done:
+                yield Read(imported.line, imported.item.id)
+                continue
+            record, caps = next(done)
+            yield Read(imported.line, imported.item.id, RunStore.encode(record), caps,
+                       dict(imported.approximate), bool(record.grades))
+
+
+#: Records scored together: the free scorers' block forms make one numpy call per block
+#: where they made one per record (``benchmarks/results/import_speed.md``).
+BLOCK_RECORDS = 256
+
 
 def score_here(records: Iterable[Imported], setup: Setup, done: frozenset[str]
           ) -> Generator[Read, None, None]:
+    """The Reads of ``records``, scored :data:`BLOCK_RECORDS` at a time. Should reading
+    stop with an exception (a bad record, Ctrl-C), the records read before it come out
+    first, then the exception."""
     score = RecordScorer(setup, done)
-    for imported in records:
-        yield score(imported)
+    stream = iter(records)
+    while True:
+        block: list[Imported] = []
+        try:
+            block.extend(itertools.islice(stream, BLOCK_RECORDS))
+        except BaseException:
+            yield from score.block(block)
+            raise
+        if not block:
+            return
+        yield from score.block(block)
 
 
 def scored(imported: Imported, plan: ScorerPlan, judge: Judge, grader: str
@@ -102,6 +146,36 @@ def scored(imported: Imported, plan: ScorerPlan, judge: Judge, grader: str
     if imported.label is not None:
         record.grades[LABEL_GRADE] = float(imported.label)
     return record, caps
+
+
+def scored_block(block: list[Imported], plan: ScorerPlan, judge: Judge, grader: str
+                 ) -> list[tuple[Record, Capabilities]]:
+    """:func:`scored` of each of ``block``: the same records, scores in the same order with
+    the same values and reasons; each scorer runs over the records it is fed at once
+    (:func:`~confide.scorers.base.run_scorer_block`), one record after another for a
+    scorer with no block form."""
+    records = [imported.to_record() for imported in block]
+    if any(spec.takes_context for spec in plan.specs):
+        ctxs = [ScoringContext(judge=judge, seed=0, prompt=imported.item.prompt)
+                for imported in block]
+    else:  # no scorer reads it: one context the scorers are handed and never see
+        ctxs = [ScoringContext(judge=judge, seed=0)] * len(block)
+    caps = [record_capabilities(record) for record in records]  # no backend: nothing live
+    splits = [plan.split(c) for c in caps]
+    for j, spec in enumerate(plan.specs):
+        fed = [i for i, split in enumerate(splits) if split[j][1] is None]
+        values = run_scorer_block(spec, [records[i] for i in fed], [ctxs[i] for i in fed])
+        results = dict(zip(fed, values, strict=True))
+        for i, record in enumerate(records):
+            value, reason = results.get(i) or (math.nan, splits[i][j][1])
+            record.scores[spec.name] = value
+            if reason is not None:
+                record.score_errors[spec.name] = reason
+    for imported, record in zip(block, records, strict=True):
+        grade_record(record, grader)
+        if imported.label is not None:
+            record.grades[LABEL_GRADE] = float(imported.label)
+    return list(zip(records, caps, strict=True))
 
 
 def keep_notes(notes: dict[str, list[str]], approximate: dict[str, str]) -> None:
@@ -148,7 +222,8 @@ def work(chunk: list[tuple[int, bytes]]) -> list[Read | tuple[str, str | None, i
     record comes back as ``(message, file, line, field)``."""
     score = WORKER[0]
     setup = score.setup
-    out: list[Read | tuple[str, str | None, int | None, str | None]] = []
+    out: list[Read | tuple[str, str | None, int | None, str | None] | None] = []
+    block: list[Imported] = []
     for line, raw in chunk:
         value = decode_line(raw, line)
         if is_blank(value):
@@ -160,8 +235,10 @@ def work(chunk: list[tuple[int, bytes]]) -> list[Read | tuple[str, str | None, i
         except InvalidInputError as exc:
             out.append((bare_message(exc), exc.file, exc.line, exc.field))
             continue
-        out.append(score(imported))
-    return out
+        block.append(imported)
+        out.append(None)  # its Read, once the chunk's records are scored together
+    reads = score.block(block)
+    return [next(reads) if result is None else result for result in out]
 
 
 def bare_message(exc: InvalidInputError) -> str:

@@ -20,13 +20,21 @@ from __future__ import annotations
 
 import math
 import string
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from confide.core.errors import CannotScore
 from confide.core.records import BOOSTEDPROB_EPSILON, BOOSTEDPROB_JUMP, Generation, Record
-from confide.scorers.base import Cost, Need, ScoringContext, as_is, scorer
+from confide.scorers.base import Cost, Need, ScoringContext, as_is, scorer, scorer_block
 from confide.scorers.features import judge_of
+from confide.scorers.whitebox import (
+    Segments,
+    reference_value,
+    segment_extreme,
+    segment_sums,
+    segments,
+)
 
 __all__ = ["BOOSTEDPROB_EPSILON", "BOOSTEDPROB_JUMP", "boosted_token_probability",
            "dominant_cut", "token_alternatives"]
@@ -59,14 +67,20 @@ class _TopK:
         """Each step's normalised negentropy of the renormalised top-k
         (:func:`mean_topk_negentropy`)."""
         if self._negentropy is None:
-            top = self.sorted
-            p = np.exp(top - top[:, :1])  # the first is the largest
-            p /= p.sum(axis=1, keepdims=True)  # renormalised over the k listed tokens
-            listed = p > 0  # 0 log 0 = 0 (and a row of no mass at all gives 0 too)
-            plogp = np.multiply(p, np.log(p, out=np.zeros_like(p), where=listed),
-                                out=np.zeros_like(p), where=listed)
-            self._negentropy = 1.0 + plogp.sum(axis=1) / math.log(top.shape[1])
+            self._negentropy = _negentropy(self.sorted)
         return self._negentropy
+
+
+def _negentropy(top: np.ndarray) -> np.ndarray:
+    """Each row's normalised negentropy of the renormalised top-k (rows sorted best first);
+    row by row, so a block of records' rows gives each row's own value."""
+    p = np.exp(top - top[:, :1])  # the first is the largest
+    p /= p.sum(axis=1, keepdims=True)  # renormalised over the k listed tokens
+    listed = p > 0  # 0 log 0 = 0 (and a row of no mass at all gives 0 too)
+    plogp = np.multiply(p, np.log(p, out=np.zeros_like(p), where=listed),
+                        out=np.zeros_like(p), where=listed)
+    out: np.ndarray = 1.0 + plogp.sum(axis=1) / math.log(top.shape[1])
+    return out
 
 
 # The last answer's _TopK: the scorers of one record run one after another on the same
@@ -237,21 +251,57 @@ def _boosted_steps(chosen: np.ndarray, found: _TopK, *, jump: float = BOOSTEDPRO
     alike (``tests/test_import_speed_paths.py`` compares them bit for bit), and the same
     CannotScore as the first step it refuses. Needs log-probabilities <= 0."""
     top = found.sorted
-    n, k = top.shape
     # Steps whose cut may lie past the list, in order, as the per-step rule meets them (an
     # answer the top-k cannot tell about is refused at its first such step, cheaply)
     beyond = [t for t, v in enumerate(top[:, -1].tolist()) if math.exp(v) > epsilon]
     for t in beyond:
-        row = np.fromiter(map(math.exp, top[t].tolist()), np.float64, k)
-        last, rest = float(row[-1]), max(0.0, 1.0 - float(row.sum()))
-        if not (rest <= epsilon and last - min(last, rest) > max(jump * last, epsilon)):
-            raise CannotScore(f"boostedprob: the dominant tokens may reach beyond the {k} "
-                              f"listed alternatives (the last has p = {last:.3g} > {epsilon})")
+        refused = _refusal(top[t], jump=jump, epsilon=epsilon)
+        if refused is not None:
+            raise refused
+    full = np.zeros(top.shape[0], dtype=bool)
+    full[beyond] = True  # every listed token is dominant
+    return _boosted_rows(chosen, top, full, jump=jump, epsilon=epsilon)
+
+
+def _refusal(row: np.ndarray, *, jump: float, epsilon: float) -> CannotScore | None:
+    """Why a step whose last listed probability is above ``epsilon`` cannot be scored from
+    its top-k (sorted ``row``), or None when every listed token is dominant."""
+    k = len(row)
+    q = np.fromiter(map(math.exp, row.tolist()), np.float64, k)
+    last, rest = float(q[-1]), max(0.0, 1.0 - float(q.sum()))
+    if not (rest <= epsilon and last - min(last, rest) > max(jump * last, epsilon)):
+        return _beyond_list(k, last, epsilon)
+    return None
+
+
+def _told(rows: np.ndarray, *, jump: float = BOOSTEDPROB_JUMP,
+          epsilon: float = BOOSTEDPROB_EPSILON) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_refusal` of many sorted rows at once: whether each is told (every listed token
+    dominant) and its last probability; the same exponentials (``math.exp``) and sums (a
+    row's own, ``np.add.reduce`` along it)."""
+    n, k = rows.shape
+    q = np.fromiter(map(math.exp, rows.ravel().tolist()), np.float64, n * k).reshape(n, k)
+    last = q[:, -1]
+    rest = np.maximum(1.0 - np.add.reduce(q, axis=1), 0.0)
+    told = (rest <= epsilon) & (last - np.minimum(last, rest) > np.maximum(jump * last,
+                                                                          epsilon))
+    return told, last
+
+
+def _beyond_list(k: int, last: float, epsilon: float = BOOSTEDPROB_EPSILON) -> CannotScore:
+    return CannotScore(f"boostedprob: the dominant tokens may reach beyond the {k} listed "
+                       f"alternatives (the last has p = {last:.3g} > {epsilon})")
+
+
+def _boosted_rows(chosen: np.ndarray, top: np.ndarray, full: np.ndarray, *, jump: float,
+                  epsilon: float) -> np.ndarray:
+    """Each step's boosted probability (rows of sorted ``top``, ``chosen`` log-probabilities;
+    ``full``: steps whose every listed token is dominant), row by row, so a block of
+    records' rows gives each row's own value."""
+    n, k = top.shape
     # math.exp, as the per-step rule's np.exp of a reversed (strided) view computes it
     # (numpy's vectorised exp of a contiguous row differs in the last bit now and then)
     q = np.fromiter(map(math.exp, top.ravel().tolist()), np.float64, n * k).reshape(n, k)
-    full = np.zeros(n, dtype=bool)
-    full[beyond] = True  # every listed token is dominant
     drop = q[:, :-1] - q[:, 1:]
     is_cut = (drop > jump * q[:, :-1]) & (drop > epsilon)
     cut = np.where(full, k - 1, np.where(is_cut.any(axis=1),
@@ -334,15 +384,156 @@ def boostedprob(record: Record) -> float:
     chosen = np.asarray(gen.token_logprobs, dtype=np.float64)
     if chosen.size != top.shape[0]:
         raise CannotScore("token logprobs and top-k alternatives differ in length")
+    if chosen.ndim != 1:  # one number a token (a (T, 1) array read as T steps failed)
+        raise CannotScore(f"token logprobs must be one number per token, not an array of "
+                          f"shape {chosen.shape}")
     try:
-        if chosen.ndim == 1 and (top <= 0.0).all() and not np.isnan(chosen).any():
+        if (top <= 0.0).all() and not np.isnan(chosen).any():
             return float(np.mean(_boosted_steps(chosen, found)))
         return float(np.mean([boosted_token_probability(lp, row)  # unusual values: per step
                               for lp, row in zip(chosen, top)]))
     except CannotScore as exc:
-        raise CannotScore(f"{exc.reason}; the record has no token_boosted_prob taken from the "
-                          "whole distribution (the hf backend computes it while decoding)"
-                          ) from exc
+        raise _without_column(exc) from exc
+
+
+def _without_column(exc: CannotScore) -> CannotScore:
+    return CannotScore(f"{exc.reason}; the record has no token_boosted_prob taken from the "
+                       "whole distribution (the hf backend computes it while decoding)")
+
+
+# ---------------------------------------------------------------------------
+# block forms (an import scores a block of records at once: confide.scorers.whitebox says why)
+
+
+def _top_groups(records: Sequence[Record]) -> tuple[list[tuple[Segments, np.ndarray]], list[int]]:
+    """The records whose top-k is in the common case (a float ndarray ``(T, k)``, ``T >= 1``,
+    ``k >= 2``, every value finite), grouped by ``k``: each group's :class:`Segments` (indices
+    into ``records``) with its rows sorted best first as :class:`_TopK` sorts them; and the
+    indices of the other records."""
+    by_k: dict[int, list[int]] = {}
+    rest: list[int] = []
+    for i, record in enumerate(records):
+        values = record.greedy.top_logprobs
+        if type(values) is np.ndarray and values.ndim == 2 and values.shape[1] >= 2:
+            by_k.setdefault(values.shape[1], []).append(i)
+        else:
+            rest.append(i)
+    groups = []
+    for idx in by_k.values():
+        seg = segments([records[i].greedy.top_logprobs for i in idx], ndim=2)
+        rest += [idx[j] for j in seg.rest]
+        seg.where, seg.rest = [idx[j] for j in seg.where], []
+        if seg.where:
+            groups.append((seg, -np.sort(-seg.values, axis=1)))
+    return groups, sorted(rest)
+
+
+def _top_block(records: Sequence[Record], reference: Callable[[Record], float],
+               value: Callable[[np.ndarray, Segments], np.ndarray]) -> list[float | CannotScore]:
+    groups, rest = _top_groups(records)
+    out: list[float | CannotScore] = [math.nan] * len(records)
+    for seg, top in groups:
+        for i, v in zip(seg.where, value(top, seg).tolist(), strict=True):
+            out[i] = v
+    for i in rest:
+        out[i] = reference_value(reference, records[i])
+    return out
+
+
+def _mean(values: np.ndarray, seg: Segments) -> np.ndarray:
+    return segment_sums(values, seg) / seg.sizes  # np.mean: the sum over the count
+
+
+@scorer_block("probability_margin")
+def _probability_margin_block(records: Sequence[Record]) -> list[float | CannotScore]:
+    def value(top: np.ndarray, seg: Segments) -> np.ndarray:
+        p = np.exp(top)
+        return _mean(p[:, 0] - p[:, 1], seg)
+
+    return _top_block(records, probability_margin, value)
+
+
+@scorer_block("mean_topk_negentropy")
+def _mean_topk_negentropy_block(records: Sequence[Record]) -> list[float | CannotScore]:
+    return _top_block(records, mean_topk_negentropy,
+                      lambda top, seg: _mean(_negentropy(top), seg))
+
+
+@scorer_block("min_topk_negentropy")
+def _min_topk_negentropy_block(records: Sequence[Record]) -> list[float | CannotScore]:
+    return _top_block(records, min_topk_negentropy,
+                      lambda top, seg: segment_extreme(_negentropy(top), seg, np.minimum))
+
+
+@scorer_block("boostedprob")
+def _boostedprob_block(records: Sequence[Record]) -> list[float | CannotScore]:
+    """:func:`boostedprob` of many records: the rule on the top-k of every step at once
+    where a record has no decoded column, finite log-probabilities at most 0 and one
+    chosen log-probability per step; the scorer itself for any other record."""
+    fast: list[int] = []
+    rest: list[int] = []
+    for i, record in enumerate(records):
+        gen = record.greedy
+        chosen, top = gen.token_logprobs, gen.top_logprobs
+        if (gen.token_boosted_prob is None and type(chosen) is np.ndarray and chosen.ndim == 1
+                and chosen.dtype.kind == "f" and type(top) is np.ndarray and top.ndim == 2
+                and top.shape[0] == chosen.size):
+            fast.append(i)
+        else:
+            rest.append(i)
+    groups, others = _top_groups([records[i] for i in fast])
+    rest += [fast[j] for j in others]
+    out: list[float | CannotScore] = [math.nan] * len(records)
+    for seg, top in groups:
+        where = [fast[j] for j in seg.where]
+        chosen = np.concatenate([records[i].greedy.token_logprobs for i in where]
+                                ).astype(np.float64)
+        # the per-record path's fast case: every listed value <= 0, no NaN chosen (here:
+        # finite, -inf left to the scorer)
+        usable = np.logical_and.reduceat((top <= 0.0).all(axis=1) & np.isfinite(chosen),
+                                         seg.starts)
+        # the steps whose cut may lie past the list: math.exp decides as per step, where
+        # numpy's exp (within an ulp or two of it) is too near epsilon to tell
+        p_last = np.exp(top[:, -1])
+        beyond_mask = p_last > BOOSTEDPROB_EPSILON * (1 + 1e-9)
+        for t in np.flatnonzero(np.abs(p_last - BOOSTEDPROB_EPSILON)
+                                <= BOOSTEDPROB_EPSILON * 1e-9).tolist():
+            beyond_mask[t] = math.exp(float(top[t, -1])) > BOOSTEDPROB_EPSILON
+        steps = np.flatnonzero(beyond_mask)
+        owners = np.repeat(np.arange(len(seg.sizes)), seg.sizes)[steps]  # each step's record
+        refused: dict[int, CannotScore] = {}
+        # _refusal of such steps at once: each record's first one, then the others of the
+        # records it did not refuse (most answers stop at their first, as per step)
+        first = np.ones(len(steps), dtype=bool)
+        first[1:] = owners[1:] != owners[:-1]
+        alive = usable[owners]
+        for round_ in (first & alive, ~first & alive):
+            if refused:
+                round_ &= ~np.isin(owners, list(refused))
+            picked = np.flatnonzero(round_)
+            told, last = _told(top[steps[picked]])
+            for j, p in zip(owners[picked][~told].tolist(), last[~told].tolist(), strict=True):
+                if j not in refused:  # a record's first such step refuses it
+                    refused[j] = _without_column(_beyond_list(top.shape[1], p))
+        for j, why in refused.items():
+            out[where[j]] = why
+        rest += [where[j] for j in np.flatnonzero(~usable).tolist()]
+        keep = usable.copy()
+        keep[list(refused)] = False
+        if not keep.any():
+            continue
+        full = beyond_mask  # every listed token is dominant there
+        rows = np.repeat(keep, seg.sizes)
+        sizes = seg.sizes[keep]
+        kept = Segments([where[j] for j in np.flatnonzero(keep).tolist()], [], np.zeros(0),
+                        np.concatenate([[0], np.cumsum(sizes[:-1])]).astype(np.intp), sizes)
+        steps = _boosted_rows(chosen[rows], top[rows], full[rows], jump=BOOSTEDPROB_JUMP,
+                              epsilon=BOOSTEDPROB_EPSILON)
+        for i, v in zip(kept.where, _mean(steps, kept).tolist(), strict=True):
+            out[i] = v
+    for i in rest:
+        out[i] = reference_value(boostedprob, records[i])
+    return out
 
 
 # ---------------------------------------------------------------------------

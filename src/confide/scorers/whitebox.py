@@ -14,13 +14,18 @@ decoding paths (``benchmarks/results/parity.md``).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
 import numpy as np
 
 from confide.core.errors import CannotScore
 from confide.core.records import Generation, Record
-from confide.scorers.base import Need, as_is, exp_of, no_readable, scorer
+from confide.scorers.base import Need, as_is, exp_of, no_readable, scorer, scorer_block
 
-__all__ = ["token_statistic"]
+__all__ = ["Segments", "block_values", "reference_value", "segment_extreme", "segment_sums",
+           "segments", "token_statistic"]
 
 
 def token_statistic(gen: Generation, name: str) -> np.ndarray:
@@ -71,6 +76,123 @@ def _summary(gen: Generation, name: str) -> _Summary:
         _LAST[name] = found
         return found
     return _Summary(values, (), token_statistic(gen, name))
+
+
+# --- block forms: many records at once (an import scores a block of records together) ------
+#
+# numpy costs about a microsecond a call whatever the array's size, and a record's arrays are
+# tiny (20 tokens): per record, the calls cost more than the arithmetic. The block forms
+# (``run_scorer_block``) join the arrays of many records and reduce each record's segment
+# (:func:`segment_sums`: the same sums as ``np.add.reduce`` of the segment alone, bit for bit;
+# ``tests/test_scorer_blocks.py``). A record outside the common case (no array, not
+# float, not finite, another shape) goes to the scorer itself, so its value or reason is the
+# scorer's own.
+
+
+@dataclass
+class Segments:
+    """The records (by index) whose statistic is in the common case, their values joined
+    (float64; rows for a 2-D statistic), where each record's segment starts and its
+    length; ``rest``: the indices of the other records."""
+
+    where: list[int]
+    rest: list[int]
+    values: np.ndarray
+    starts: np.ndarray
+    sizes: np.ndarray
+
+
+def segments(arrays: Sequence[object], ndim: int = 1) -> Segments:
+    """:class:`Segments` of ``arrays`` (one per record): the common case is a non-empty
+    float ndarray of ``ndim`` dimensions, every value finite."""
+    where, rest, kept = [], [], []
+    for i, values in enumerate(arrays):
+        if (type(values) is np.ndarray and values.ndim == ndim and values.shape[0]
+                and values.dtype.kind == "f"):
+            where.append(i)
+            kept.append(values)
+        else:
+            rest.append(i)
+    if not kept:
+        return Segments([], rest, np.zeros((0,) * ndim), np.zeros(0, np.intp),
+                        np.zeros(0, np.intp))
+    sizes = np.array([len(v) for v in kept], dtype=np.intp)
+    values = np.concatenate(kept).astype(np.float64)
+    finite: np.ndarray = np.isfinite(values)
+    if not finite.all():  # those records go to the scorer itself (its reason names the token)
+        if ndim > 1:
+            finite = np.asarray(finite.reshape(len(values), -1).all(axis=1))
+        ok = np.logical_and.reduceat(finite, _starts(sizes))
+        rest = sorted(rest + [i for i, good in zip(where, ok.tolist(), strict=True)
+                              if not good])
+        where = [i for i, good in zip(where, ok.tolist(), strict=True) if good]
+        values, sizes = values[np.repeat(ok, sizes)], sizes[ok]
+    return Segments(where, rest, values, _starts(sizes), sizes)
+
+
+def _starts(sizes: np.ndarray) -> np.ndarray:
+    starts = np.zeros(len(sizes), dtype=np.intp)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    return starts
+
+
+def segment_sums(values: np.ndarray, seg: Segments) -> np.ndarray:
+    """``np.add.reduce`` of each record's segment of ``values`` (1-D, one value per row of
+    ``seg``), bit for bit. Segments of one length are stacked and reduced along their rows,
+    which numpy sums as it sums one segment alone (pairwise, with the same blocks of 8);
+    ``np.add.reduceat`` would not (it rounds some sums otherwise)."""
+    out = np.empty(len(seg.sizes))
+    if not len(out):
+        return out
+    first = int(seg.sizes[0])
+    if (seg.sizes == first).all():  # the common block: every answer of one length
+        out[:] = np.add.reduce(values.reshape(len(out), first), axis=1)
+        return out
+    for size in np.unique(seg.sizes).tolist():
+        members = np.flatnonzero(seg.sizes == size)
+        rows = seg.starts[members][:, None] + np.arange(size)
+        out[members] = np.add.reduce(values[rows], axis=1)
+    return out
+
+
+def segment_extreme(values: np.ndarray, seg: Segments, ufunc: np.ufunc) -> np.ndarray:
+    """``ufunc.reduce`` (``np.minimum``, ``np.maximum``) of each record's segment of
+    ``values``; a zero is reduced again from the segment alone (which of ``0.0`` and
+    ``-0.0`` comes out may depend on the loop)."""
+    out = ufunc.reduceat(values, seg.starts)
+    for j in np.flatnonzero(out == 0.0).tolist():
+        a = int(seg.starts[j])
+        out[j] = ufunc.reduce(values[a:a + int(seg.sizes[j])])
+    return out
+
+
+def block_values(records: Sequence[Record], seg: Segments, values: np.ndarray,
+                 reference: Callable[[Record], float]) -> list[float | CannotScore]:
+    """Each record's value: ``values`` (in ``seg.where`` order) for the common case, the
+    scorer ``reference`` itself (its value or its :class:`CannotScore`) for the rest."""
+    out: list[float | CannotScore] = [math.nan] * len(records)
+    for i, value in zip(seg.where, values.tolist(), strict=True):
+        out[i] = value
+    for i in seg.rest:
+        out[i] = reference_value(reference, records[i])
+    return out
+
+
+def reference_value(reference: Callable[[Record], float], record: Record
+                    ) -> float | CannotScore:
+    """``reference(record)``, or the :class:`CannotScore` it raises."""
+    try:
+        return reference(record)
+    except CannotScore as exc:
+        return exc
+
+
+def _logprob_block(records: Sequence[Record], reference: Callable[[Record], float],
+                   name: str, value: Callable[[np.ndarray, Segments], np.ndarray]
+                   ) -> list[float | CannotScore]:
+    seg = segments([getattr(r.greedy, name) for r in records])
+    return block_values(records, seg, value(seg.values, seg) if seg.where else seg.values,
+                        reference)
 
 
 @scorer("msp", needs={Need.TOKEN_LOGPROBS},
@@ -152,6 +274,38 @@ def max_entropy(record: Record) -> float:
     References: [1] Manakul et al., 2023, "SelfCheckGPT", EMNLP (Max(H)).
     """
     return -_summary(record.greedy, "token_entropies").maximum
+
+
+def _mean(values: np.ndarray, seg: Segments) -> np.ndarray:
+    return segment_sums(values, seg) / seg.sizes  # np.mean: the sum over the count
+
+
+@scorer_block("msp")
+def _msp_block(records: Sequence[Record]) -> list[float | CannotScore]:
+    return _logprob_block(records, msp, "token_logprobs", segment_sums)
+
+
+@scorer_block("mean_logprob")
+def _mean_logprob_block(records: Sequence[Record]) -> list[float | CannotScore]:
+    return _logprob_block(records, mean_logprob, "token_logprobs", _mean)
+
+
+@scorer_block("min_logprob")
+def _min_logprob_block(records: Sequence[Record]) -> list[float | CannotScore]:
+    return _logprob_block(records, min_logprob, "token_logprobs",
+                          lambda v, seg: segment_extreme(v, seg, np.minimum))
+
+
+@scorer_block("mean_entropy")
+def _mean_entropy_block(records: Sequence[Record]) -> list[float | CannotScore]:
+    return _logprob_block(records, mean_entropy, "token_entropies",
+                          lambda v, seg: -_mean(v, seg))
+
+
+@scorer_block("max_entropy")
+def _max_entropy_block(records: Sequence[Record]) -> list[float | CannotScore]:
+    return _logprob_block(records, max_entropy, "token_entropies",
+                          lambda v, seg: -segment_extreme(v, seg, np.maximum))
 
 
 @scorer("self_certainty", needs={Need.TOKEN_KL_UNIFORM},

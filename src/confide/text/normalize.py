@@ -74,7 +74,13 @@ def normalize_answer(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", _without_punctuation(text)).split())
 
 
+# The ASCII punctuation and symbols (categories P* and S*), for str.translate to delete.
+_ASCII_PUNCT = {c: None for c in range(128) if _is_punct_or_symbol(chr(c))}
+
+
 def _without_punctuation(text: str) -> str:
+    if text.isascii():  # NFKC and accent folding leave ASCII as it is; casefold is lower
+        return text.translate(_ASCII_PUNCT).lower()
     text = unicodedata.normalize("NFKC", text)
     # punctuation goes before accents are folded: deleting it can put a combining mark
     # next to an ASCII letter ("B{̀"), which folding must then see
