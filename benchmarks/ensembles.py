@@ -3,7 +3,8 @@
 On the bundled model (SmolLM2-135M-Instruct, bfloat16, in one process):
 
 1. train ``--members`` LoRA adapters (``--lora-steps`` steps) and an SVE ensemble
-   (``--sve-steps``) of the same size, batch ``--train-batch``, on TriviaQA items never
+   (``--sve-steps``) of the same size, batch ``--train-batch``, in the decoder layers
+   ``--layers`` (default: the training default, the top quarter), on TriviaQA items never
    evaluated: lines beyond the first 1,000 of the shared subsample
    (``$CONFIDE_DATA_DIR/triviaqa/triviaqa_sm_sub.jsonl``, ``--offset``); without
    ``CONFIDE_DATA_DIR``, the bundled file's lines after the evaluated ones (``--items``);
@@ -18,9 +19,14 @@ On the bundled model (SmolLM2-135M-Instruct, bfloat16, in one process):
 4. accuracy and calibration: the members' mean greedy answer (``--ensemble-greedy
    mean``) against the base's, accuracy and the ECE and Brier score of the answer's
    probability (product of its token probabilities: the base's, or the members' mean);
-5. speed: on ``--speed-items`` items, greedy + teacher forcing under the LoRA members
-   against greedy + 10 samples with the base model, each timed twice, alternating,
-   the ratio of the faster times, with the load average.
+5. speed: two more LoRA ensembles of ``--members`` members, one of every decoder layer and
+   one of the top ``--speed-layers`` (default: the top quarter), trained
+   ``--speed-train-steps`` steps each, alternating a step of one with a step of the
+   other (training seconds per member-step); then on ``--speed-items`` items, greedy +
+   teacher forcing under each against greedy + 10 samples with the base model, each
+   timed ``--tries`` times, alternating, the ratio of the faster times, with the load
+   average. ``--only-speed`` runs this part alone and replaces the ``## Speed`` section of
+   the results file, leaving the rest as it was.
 
 Runs go under ``--work`` (default ``runs/bench-ensembles``) and resume; the report is
 written to ``benchmarks/results/ensembles.md``::
@@ -32,6 +38,11 @@ per member-step under a load average of 6-8), its command line at the top of the
 
     CONFIDE_DATA_DIR=<data folder> .venv/bin/python benchmarks/ensembles.py \
         --lora-steps 10 --sve-steps 3 --items 40 --samples 2 --ood-items 10 --speed-items 8
+
+and its speed section from (the command line at the top of that section)::
+
+    CONFIDE_DATA_DIR=<data folder> .venv/bin/python benchmarks/ensembles.py --only-speed \
+        --speed-items 8 --tries 3
 """
 
 from __future__ import annotations
@@ -75,21 +86,124 @@ def _correct(records: list) -> np.ndarray:
     return np.array([next(iter(r.grades.values())) for r in records], dtype=float) >= 0.5
 
 
+def _where(args) -> dict:
+    data_dir = os.environ.get("CONFIDE_DATA_DIR")
+    if data_dir:
+        source = Path(data_dir) / "triviaqa" / "triviaqa_sm_sub.jsonl"
+        return dict(task="triviaqa", data=source, offset=args.offset)
+    # the bundled file's tail, after the evaluated items
+    return dict(task="triviaqa", offset=max(args.items, args.ood_items * 2))
+
+
 def train(model, args, work: Path, method: str, steps: int) -> tuple[Path, object]:
     from confide.learned.training import train_members
 
-    data_dir = os.environ.get("CONFIDE_DATA_DIR")
     out = work / f"ens-{method}"
-    if data_dir:
-        source = Path(data_dir) / "triviaqa" / "triviaqa_sm_sub.jsonl"
-        where = dict(task="triviaqa", data=source, offset=args.offset)
-    else:  # the bundled file's tail, after the evaluated items
-        where = dict(task="triviaqa", offset=max(args.items, args.ood_items * 2))
+    where = _where(args)
     began = time.perf_counter()
     info = train_members(model, out=out, method=method, members=args.members, steps=steps,
                          batch_size=args.train_batch, seed=0, limit=args.train_items,
-                         **where)
+                         layers=args.layers, **where)
     return out, (info, time.perf_counter() - began, where)
+
+
+def speed(model, args) -> list[str]:
+    """Section 5: training seconds per member-step and scoring time, LoRA members of every
+    layer against members of the top layers, against greedy + 10 samples of the base."""
+    from confide.backends.base import GenerationSpec, item_seed
+    from confide.learned.training import train_members
+    from confide.pipeline.plan import RunConfig, prepare
+
+    out: list[str] = []
+    # two LoRA ensembles, trained a step at a time in turn (resuming), so that a change of
+    # the machine's load falls on both
+    kinds = {"all": args.work / "speed-lora-all", "top": args.work / "speed-lora-top"}
+    layer_of = {"all": "all", "top": args.speed_layers}
+    infos = {}
+    for step in range(1, args.speed_train_steps + 1):
+        for kind, folder in kinds.items():
+            infos[kind] = train_members(model, out=folder, method="lora", members=args.members,
+                                        steps=step, batch_size=args.train_batch, seed=0,
+                                        limit=args.train_items, layers=layer_of[kind],
+                                        checkpoint_every=args.speed_train_steps,
+                                        **_where(args))
+    label = {k: f"{args.members} LoRA members, layers {infos[k].settings['layers']}"
+             for k in kinds}
+    plan = prepare(RunConfig(task="triviaqa", limit=args.speed_items, batch_size=8))
+    items = plan.task.items
+    prompts = [plan.task.render(it, chat=model.has_chat_template) for it in items]
+    seeds = [item_seed(0, it.id) for it in items]
+    spec = plan.spec
+
+    def timed(kind: str | None, samples: int) -> float:
+        model.use_ensemble(None if kind is None else kinds[kind])
+        wanted = GenerationSpec(max_new_tokens=spec.max_new_tokens, stop=spec.stop,
+                                n_samples=samples)
+        began = time.perf_counter()
+        for start in range(0, len(prompts), 8):
+            model.generate(prompts[start:start + 8], wanted, seeds[start:start + 8])
+        return time.perf_counter() - began
+
+    paths = {"base": (None, 10), "greedy": (None, 0), "all": ("all", 0), "top": ("top", 0)}
+    for kind in kinds:
+        timed(kind, 0)  # warm: the members' prefix cache
+    timed(None, 10)
+    times: dict[str, list[float]] = {k: [] for k in paths}
+    before = _load()
+    for _ in range(args.tries):
+        for key, (kind, samples) in paths.items():
+            times[key].append(timed(kind, samples))
+    model.use_ensemble(None)
+    best = {k: min(v) for k, v in times.items()}
+    command = " ".join(["benchmarks/ensembles.py", *sys.argv[1:]])
+    out.append(f"## Speed ({len(items)} TriviaQA items, one process, bfloat16, "
+               f"{args.threads} threads)\n")
+    out.append(f"`{command}`, CONFIDE_DATA_DIR="
+               f"{'set' if os.environ.get('CONFIDE_DATA_DIR') else 'unset'}.\n")
+    out.append(f"Training ({args.speed_train_steps} steps of each, batch {args.train_batch}, "
+               "a step of one and a step of the other in turn):\n")
+    out.append("| members | parameters per member | s per member-step |")
+    out.append("|---|---|---|")
+    for kind in kinds:
+        info = infos[kind]
+        n = sum(v.numel() for v in _member_tensors(info.path / "member-0.safetensors"))
+        per = info.seconds / max(1, info.count * info.steps_done)
+        out.append(f"| {label[kind]} | {n:,} | {per:.2f} |")
+    ratio = (infos["top"].seconds / infos["all"].seconds) if infos["all"].seconds else math.nan
+    out.append(f"\nTraining time, top layers / all layers: **{ratio:.2f}x**.\n")
+    out.append(f"Scoring (seconds, {args.tries} tries each, alternating):\n")
+    out.append("| path | seconds | ratio to base greedy + 10 samples (faster of each) |")
+    out.append("|---|---|---|")
+    names = {"base": "base: greedy + 10 samples", "greedy": "base: greedy alone",
+             "all": f"greedy + teacher forcing under {label['all']}",
+             "top": f"greedy + teacher forcing under {label['top']}"}
+    for key, name in names.items():
+        bold = "**" if key in ("all", "top") else ""
+        out.append(f"| {name} | {', '.join(f'{t:.2f}' for t in times[key])} | "
+                   f"{bold}{best[key] / best['base']:.2f}x{bold} |")
+    forcing = {k: best[k] - best["greedy"] for k in ("all", "top")}
+    out.append(f"\nTeacher forcing alone (faster time minus the greedy answer's): "
+               f"{forcing['all']:.2f} s under all-layer members, {forcing['top']:.2f} s under "
+               f"top-layer members ({forcing['top'] / forcing['all']:.2f}x). Goal <= 0.5x "
+               f"greedy + 10 samples. Load average before {before}, after {_load()}.")
+    return out
+
+
+def _member_tensors(path: Path) -> list:
+    from safetensors.torch import load_file
+
+    return list(load_file(path).values())
+
+
+def _replace_section(text: str, heading: str, lines: list[str]) -> str:
+    """``text`` with its section ``heading`` (to the next ``## ``) replaced by ``lines``;
+    appended where there is none."""
+    at = text.find(heading)
+    if at < 0:
+        return text.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n"
+    end = text.find("\n## ", at + len(heading))
+    rest = "" if end < 0 else text[end + 1:]
+    return text[:at] + "\n".join(lines) + "\n\n" + rest
 
 
 def main() -> None:
@@ -104,6 +218,16 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=3)
     parser.add_argument("--ood-items", type=int, default=20)
     parser.add_argument("--speed-items", type=int, default=16)
+    parser.add_argument("--layers", default=None,
+                        help="decoder layers the members adapt: all or top-K (default: top "
+                             "quarter)")
+    parser.add_argument("--speed-layers", default=None,
+                        help="the top-layer members of the speed section (default: top "
+                             "quarter)")
+    parser.add_argument("--speed-train-steps", type=int, default=3)
+    parser.add_argument("--tries", type=int, default=2)
+    parser.add_argument("--only-speed", action="store_true",
+                        help="the speed section alone, written into the existing results")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--work", type=Path, default=Path("runs/bench-ensembles"))
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -112,11 +236,10 @@ def main() -> None:
 
     import torch
 
-    from confide.backends.base import GenerationSpec, item_seed
     from confide.backends.hf import HFBackend
     from confide.metrics import auroc_score, bootstrap_interval, brier_loss, calibration_error
     from confide.metrics.bootstrap import paired_bootstrap
-    from confide.pipeline.plan import RunConfig, prepare
+    from confide.pipeline.plan import RunConfig
     from confide.runs.execution import execute
 
     torch.set_num_threads(args.threads)
@@ -126,6 +249,13 @@ def main() -> None:
              f"CONFIDE_DATA_DIR={os.environ.get('CONFIDE_DATA_DIR') or 'unset'}; "
              f"load average at start {_load()} (2 shared cores).\n"]
     model = HFBackend("smollm2", dtype="bfloat16", batch_size=8)
+    if args.only_speed:
+        section = speed(model, args)
+        print("\n".join(section), flush=True)
+        text = args.out.read_text(encoding="utf-8") if args.out.exists() else lines[0]
+        args.out.write_text(_replace_section(text, "## Speed", section), encoding="utf-8")
+        print(f"written {args.out}")
+        return
 
     def log(text: str = "") -> None:
         print(text, flush=True)
@@ -133,9 +263,9 @@ def main() -> None:
 
     # 1. training
     log("## Training\n")
-    log("| method | members | steps | batch | data | seconds | s per member-step | "
+    log("| method | members | layers | steps | batch | data | seconds | s per member-step | "
         "first → last loss |")
-    log("|---|---|---|---|---|---|---|---|")
+    log("|---|---|---|---|---|---|---|---|---|")
     dirs = {}
     for method, steps in (("lora", args.lora_steps), ("sve", args.sve_steps)):
         folder, (info, seconds, where) = train(model, args, args.work, method, steps)
@@ -150,7 +280,8 @@ def main() -> None:
         if base and source.startswith(base):
             source = "$CONFIDE_DATA_DIR" + source[len(base.rstrip("/")):]
         data = f"{source} from item {where['offset']}"
-        log(f"| {method} | {info.count} | {info.steps_done} | {args.train_batch} | {data} | "
+        log(f"| {method} | {info.count} | {info.settings.get('layers', 'all')} | "
+            f"{info.steps_done} | {args.train_batch} | {data} | "
             f"{took:.0f} | {took / max(1, info.count * info.steps_done):.2f} | "
             f"{first:.3f} → {last:.3f} |")
 
@@ -256,38 +387,8 @@ def main() -> None:
     log(f"\nAccuracy, mean minus base: {d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}].")
 
     # 5. speed: greedy + teacher forcing (4 LoRA members) vs greedy + 10 samples (base)
-    plan = prepare(RunConfig(task="triviaqa", limit=args.speed_items, batch_size=8))
-    items = plan.task.items
-    prompts = [plan.task.render(it, chat=model.has_chat_template) for it in items]
-    seeds = [item_seed(0, it.id) for it in items]
-    spec = plan.spec
-
-    def timed(ensemble: bool) -> float:
-        model.use_ensemble(dirs["lora"] if ensemble else None)
-        wanted = GenerationSpec(max_new_tokens=spec.max_new_tokens, stop=spec.stop,
-                                n_samples=0 if ensemble else 10)
-        began = time.perf_counter()
-        for start in range(0, len(prompts), 8):
-            model.generate(prompts[start:start + 8], wanted, seeds[start:start + 8])
-        return time.perf_counter() - began
-
-    timed(True)  # warm: the members' prefix cache and the measured rows per step
-    times: dict[bool, list[float]] = {True: [], False: []}
-    before = _load()
-    for _ in range(2):
-        for ensemble in (False, True):
-            times[ensemble].append(timed(ensemble))
-    model.use_ensemble(None)
-    sampled, forced = min(times[False]), min(times[True])
-    log(f"\n## Speed ({len(items)} TriviaQA items, one process, bfloat16, "
-        f"{args.threads} threads)\n")
-    log("| path | seconds (two tries) |")
-    log("|---|---|")
-    log(f"| base: greedy + 10 samples | {', '.join(f'{t:.1f}' for t in times[False])} |")
-    log(f"| greedy + teacher forcing under {args.members} LoRA members | "
-        f"{', '.join(f'{t:.1f}' for t in times[True])} |")
-    log(f"\nRatio (faster of each): **{forced / sampled:.2f}x** (goal <= 0.5x); load average "
-        f"before {before}, after {_load()}.")
+    for text in speed(model, args):
+        log(text)
     args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"written {args.out}")
 

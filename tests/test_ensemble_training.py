@@ -12,6 +12,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -36,9 +37,10 @@ QA = [("What is the capital of France?", "Paris"), ("How many legs has a spider?
 OPTIONS = {"reference_field": "answer", "num_fewshot": 0}
 
 
-# SVE decomposes each target weight when attached; two layers keep the tests quick.
-SVE_TARGETS = ("layers.0.self_attn.q_proj", "layers.0.self_attn.v_proj",
-               "layers.1.self_attn.q_proj", "layers.1.self_attn.v_proj")
+# SVE decomposes each target weight when attached; two layers (within the default top 8
+# of 30) keep the tests quick.
+SVE_TARGETS = ("layers.28.self_attn.q_proj", "layers.28.self_attn.v_proj",
+               "layers.29.self_attn.q_proj", "layers.29.self_attn.v_proj")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -216,6 +218,115 @@ def test_bad_training_input_names_the_field(model32, qa_file, tmp_path):
         EnsembleMembers.load(tmp_path / "bad", model32)
 
 
+@pytest.fixture(scope="module")
+def all_dir(model32, qa_file, tmp_path_factory) -> Path:
+    """Two LoRA members of every decoder layer (today's path: the whole batch repeated)."""
+    out = tmp_path_factory.mktemp("all") / "ens"
+    assert _train(model32, qa_file, out, layers="all").settings["layers"] == "all"
+    return out
+
+
+def _statistics(logits, ids):
+    """member_arrays of (M, B, T, V) logits: the answer tokens are the next tokens."""
+    from confide.backends.hf.ensemble import member_arrays
+
+    logp = torch.log_softmax(logits[:, :, :-1], dim=-1)
+    return member_arrays(logp, ids[:, 1:])
+
+
+def _alone(model, ens, m, ids, mask):
+    with torch.inference_mode(), ens.layers.rows([m]):
+        return model.float32_logits(model.model.get_decoder()(
+            input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+            use_cache=False).last_hidden_state)
+
+
+def test_top_layer_members_share_the_lower_layers_and_match_each_member_alone(
+        model32, lora_dir, qa_file, tmp_path):
+    """Members of the top 8 of 30 layers (the default): the file holds those layers only,
+    the pass runs the lower 22 once for both members, and every member's token statistics
+    equal that member run alone over the batch (float32, within 1e-5)."""
+    stored = read_ensemble(lora_dir)
+    assert stored.settings["layers"] == "top-8"
+    from safetensors.torch import load_file
+
+    names = load_file(lora_dir / member_file(0)).keys()
+    assert {int(n.split("layers.")[1].split(".")[0]) for n in names} == set(range(22, 30))
+    ids, mask = _batch(model32)
+    for folder in (lora_dir, _train(model32, qa_file, tmp_path / "sve", method="sve",
+                                    steps=1, targets=SVE_TARGETS, layers="top-2").path):
+        with EnsembleMembers.load(folder, model32) as ens:
+            assert ens.split == (22 if folder == lora_dir else 28)
+            stats = _statistics(ens.forward_all(ids, mask), ids)
+            for m in range(2):
+                alone = _statistics(_alone(model32, ens, m, ids, mask)[None], ids)
+                for together, one in zip(stats, alone, strict=True):
+                    if together.ndim == 3:  # per member: (M, B, T)
+                        np.testing.assert_allclose(together[m], one[0], atol=1e-5)
+            assert np.abs(stats[0][0] - stats[0][1]).max() > 1e-4  # the members differ
+
+
+@pytest.mark.parametrize("which", ["top", "all"])
+def test_forward_all_chunks_give_the_unchunked_statistics(model32, lora_dir, all_dir, which):
+    ids, mask = _batch(model32)
+    ids, mask = ids.repeat(3, 1), mask.repeat(3, 1)  # 6 rows
+    with EnsembleMembers.load(lora_dir if which == "top" else all_dir, model32) as ens:
+        whole = ens.forward_all(ids, mask)
+        one_row = ens.forward_all(ids, mask, max_tokens=1)  # a row a pass
+        two_rows = ens.forward_all(ids, mask, max_tokens=2 * 2 * ids.shape[1] + 1)
+    assert whole.shape == one_row.shape == two_rows.shape == (2, 6, ids.shape[1],
+                                                              whole.shape[-1])
+    for chunked in (one_row, two_rows):
+        for a, b in zip(_statistics(whole, ids), _statistics(chunked, ids), strict=True):
+            np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_members_of_different_layers_are_refused(model32, lora_dir, all_dir, tmp_path):
+    """A member file of an all-layer ensemble copied into a top-8 one (its sha256 written
+    into ensemble.json) is refused by name, not loaded halfway."""
+    import hashlib
+    import shutil
+
+    mixed = tmp_path / "mixed"
+    shutil.copytree(lora_dir, mixed)
+    shutil.copy(all_dir / member_file(1), mixed / member_file(1))
+    raw = json.loads((mixed / ENSEMBLE_FILE).read_text())
+    raw["files"][member_file(1)] = hashlib.sha256(
+        (mixed / member_file(1)).read_bytes()).hexdigest()
+    (mixed / ENSEMBLE_FILE).write_text(json.dumps(raw))
+    with pytest.raises(InvalidInputError, match=r"settings.layers: the members adapt different "
+                       r"decoder layers \(member-0.safetensors: top-8, member-1.safetensors: "
+                       r"all; ensemble.json: top-8\).*same layers"):
+        EnsembleMembers.load(mixed, model32)
+    assert not hasattr(model32.model, "_confide_members")
+
+
+def test_layers_round_trip_and_resume(model32, qa_file, all_dir, tmp_path):
+    out = tmp_path / "top3"
+    info = _train(model32, qa_file, out, steps=1, layers=3)
+    assert info.settings["layers"] == read_ensemble(out).settings["layers"] == "top-3"
+    with EnsembleMembers.load(out, model32) as ens:
+        assert ens.split == 27 and ens.layers.adapted == [27, 28, 29]
+        assert ens.provenance["settings"]["layers"] == "top-3"
+    resumed = _train(model32, qa_file, out, steps=2)  # no layers: as trained
+    assert resumed.steps_done == 2 and resumed.settings["layers"] == "top-3"
+    with pytest.raises(ConfigMismatch, match="layers: 'top-3' → 'all'"):
+        _train(model32, qa_file, out, steps=3, layers="all")
+    # an ensemble written before the option (no layers in its settings) adapts all layers
+    old = tmp_path / "old"
+    import shutil
+
+    shutil.copytree(all_dir, old)
+    raw = json.loads((old / ENSEMBLE_FILE).read_text())
+    del raw["settings"]["layers"]
+    (old / ENSEMBLE_FILE).write_text(json.dumps(raw))
+    with EnsembleMembers.load(old, model32) as ens:
+        assert ens.split == 0 and ens.layers.adapted is None
+    for bad in ("top-0", "top-31", "middle", 0):
+        with pytest.raises(InvalidInputError, match="layers:"):
+            _train(model32, qa_file, tmp_path / "bad", layers=bad)
+
+
 def test_batch_indices_cover_each_epoch_once_per_member():
     seen = [i for s in range(3) for i in batch_indices(6, 2, data_seed=0, member=0, step=s)]
     assert sorted(seen) == list(range(6))
@@ -302,8 +413,14 @@ def test_cli_train_mc_dropout_writes_the_ensemble(qa_file, tmp_path):
                                       "--reference-field", "answer", "--out", str(out),
                                       "--dtype", "float32"])
     assert result.exit_code == 0, result.output
-    assert "3 mc-dropout member(s)" in result.output
+    assert "3 mc-dropout member(s)" in result.output and "layers top-8" in result.output
     assert read_ensemble(out).count == 3
+    result = CliRunner().invoke(app, ["train", "smollm2", "--method", "mc-dropout",
+                                      "--members", "2", "--data", str(qa_file), "--layers",
+                                      "top-2", "--reference-field", "answer", "--out",
+                                      str(tmp_path / "mc2"), "--dtype", "float32"])
+    assert result.exit_code == 0 and read_ensemble(tmp_path / "mc2").settings["layers"] == \
+        "top-2", result.output
     result = CliRunner().invoke(app, ["train", "smollm2", "--method", "mc-dropout",
                                       "--members", "4", "--data", str(qa_file),
                                       "--reference-field", "answer", "--out", str(out),

@@ -47,6 +47,10 @@ def train(
     targets: Annotated[Optional[str], typer.Option(
         help="comma-separated layer names (default: q_proj,v_proj; mc-dropout: down_proj)")
                        ] = None,
+    layers: Annotated[Optional[str], typer.Option(
+        help="decoder layers the members adapt: top-K (the top K; scoring runs the layers "
+             "below once for all members) or all (default: the top quarter; resuming: as "
+             "trained)")] = None,
     dropout: Annotated[float, typer.Option(help="mc-dropout: the dropout rate")] = 0.1,
     checkpoint_every: Annotated[int, typer.Option(help="steps between checkpoints")] = 10,
     dtype: Annotated[Optional[str], typer.Option(help="float32 or bfloat16 (default: the "
@@ -71,7 +75,7 @@ def train(
                                  out=target, method=method, members=members, steps=steps,
                                  dtype=dtype, offset=offset, limit=limit, rank=rank, lr=lr,
                                  batch_size=batch_size, seed=seed, targets=chosen,
-                                 dropout=dropout, checkpoint_every=checkpoint_every,
+                                 layers=layers, dropout=dropout, checkpoint_every=checkpoint_every,
                                  task_options=options, progress=update)
         except KeyboardInterrupt:
             err_console.print(
@@ -83,7 +87,8 @@ def train(
     console.print(f"{info.count} {escape(info.method)} member(s) of "
                   f"{escape(str(info.base.get('name')))} in {target}: {info.steps_done} "
                   f"step(s) on {info.data.get('items')} item(s) of "
-                  f"{escape(str(info.data.get('file')))}, {info.seconds:.1f} s of training")
+                  f"{escape(str(info.data.get('file')))}, {info.seconds:.1f} s of training; "
+                  f"layers {escape(str(info.settings.get('layers', 'all')))}")
     if info.loss_curve:
         first = sum(info.loss_curve[0]) / info.count
         last = sum(info.loss_curve[-1]) / info.count

@@ -13,6 +13,13 @@ frozen base model:
     Nothing is trained: ``ensemble.json`` records the dropout rate, the layers and the
     number of passes ``K``.
 
+**Layers.** ``layers="top-K"`` inserts the members into the top ``K`` decoder layers
+only (default: the top quarter, :func:`~confide.backends.hf.members.resolve_layers`;
+``"all"``: every layer). The lower layers are then the frozen base's: no gradient flows
+through them (nothing below the members needs one), so a step costs the forward pass
+and a backward pass through the top ``K`` layers alone, and scoring runs the lower layers
+once for all members. ``ensemble.json`` records the choice (``settings.layers``).
+
 **Loss.** Each item is prompted exactly as a run prompts it (the task's prompt format,
 :meth:`confide.tasks.base.Task.render`); the target is its first reference in the
 format's answer template followed by the stop text (``" Paris\n"`` after
@@ -184,6 +191,11 @@ def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             if old.get(k) != new.get(k)]
 
 
+def _settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """Stored settings as today's: an ensemble trained before ``layers`` adapts all."""
+    return {"layers": "all", **settings}
+
+
 def _check_value(value: Any, name: str, *, low: float, kind: type = int) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int) \
             or not value >= low:
@@ -196,7 +208,8 @@ def train_members(model: Any, data: str | Path | None = None, *, task: str | Non
                   alpha: float | None = None, lr: float | None = None, seed: int = 0,
                   data_seed: int | None = None, out: str | Path, batch_size: int = 8,
                   offset: int = 0, limit: int | None = None,
-                  targets: tuple[str, ...] | None = None, dropout: float = 0.1,
+                  targets: tuple[str, ...] | None = None, layers: str | int | None = None,
+                  dropout: float = 0.1,
                   checkpoint_every: int = 10, max_grad_norm: float = 1.0,
                   task_options: dict[str, Any] | None = None,
                   progress: TrainingProgress | None = None) -> EnsembleInfo:
@@ -220,6 +233,8 @@ def train_members(model: Any, data: str | Path | None = None, *, task: str | Non
     out : the ensemble directory.
     targets : module names the members change (default
         :data:`~confide.backends.hf.members.DEFAULT_TARGETS`).
+    layers : the decoder layers holding them: ``"all"``, ``"top-K"`` (or ``K``); default
+        (``None``) the top quarter, or, resuming ``out``, what it was trained with.
     dropout : mc-dropout's rate p.
     checkpoint_every : steps between checkpoints.
     max_grad_norm : each member's gradient is clipped to this norm (0: not clipped).
@@ -260,9 +275,14 @@ def train_members(model: Any, data: str | Path | None = None, *, task: str | Non
                                         task_options=task_options)
     fingerprint = mb.base_fingerprint(model.model)
     chosen = tuple(targets or mb.DEFAULT_TARGETS[method])
+    before = mb.read_ensemble(folder) if (folder / mb.ENSEMBLE_FILE).exists() else None
+    if layers is None and before is not None:  # resuming: the same layers as before
+        layers = _settings(before.settings)["layers"]
+    every = isinstance(layers, str) and layers.strip().lower() == "all"  # any decoder
+    spec = "all" if every else mb.resolve_layers(layers, len(mb.decoder_layers(model.model)))[0]
     settings: dict[str, Any] = {
-        "method": method, "members": members, "targets": list(chosen), "seed": seed,
-        "base_fingerprint": fingerprint, "data_sha256": data_info["sha256"],
+        "method": method, "members": members, "targets": list(chosen), "layers": spec,
+        "seed": seed, "base_fingerprint": fingerprint, "data_sha256": data_info["sha256"],
         "data_items": data_info["item_ids_sha256"]}
     if method == "mc-dropout":
         settings["dropout"] = dropout
@@ -278,26 +298,27 @@ def train_members(model: Any, data: str | Path | None = None, *, task: str | Non
                            base=base, data=data_info, member_seeds=_member_seeds(seed, members),
                            steps=0 if method == "mc-dropout" else steps, steps_done=0)
     checkpoint = folder / mb.CHECKPOINT_FILE
-    if (folder / mb.ENSEMBLE_FILE).exists():
-        old = mb.read_ensemble(folder)
-        differ = _differences(old.settings, settings)
+    if before is not None:
+        old = before
+        differ = _differences(_settings(old.settings), settings)
         if differ:
             raise ConfigMismatch(f"{folder} holds an ensemble trained with other settings:\n  "
                                  + "\n  ".join(differ)
                                  + "\nrepeat them to resume, or train into another --out")
-        info = replace(old, steps=max(old.steps_done, info.steps), base=base, data=data_info)
+        info = replace(old, steps=max(old.steps_done, info.steps), base=base, data=data_info,
+                       settings=settings)
     elif checkpoint.exists():
         raise ConfigMismatch(f"{checkpoint} has no ensemble.json beside it: remove it or "
                              "train into another --out")
     if method == "mc-dropout":
         mb.write_ensemble(info)
         return info
-    layers = mb.build_layers(info, model.model)
+    attached = mb.build_layers(info, model.model)
     try:
-        return _train(model, layers, info, examples, settings, checkpoint, checkpoint_every,
+        return _train(model, attached, info, examples, settings, checkpoint, checkpoint_every,
                       progress, torch)
     finally:
-        layers.detach()
+        attached.detach()
 
 
 def _train(model: Any, layers: MemberLayers, info: EnsembleInfo, examples: list[Example],
@@ -317,10 +338,10 @@ def _train(model: Any, layers: MemberLayers, info: EnsembleInfo, examples: list[
     done, curve, seconds = 0, [list(row) for row in info.loss_curve], info.seconds
     if checkpoint.exists():
         state = torch.load(checkpoint, map_location=model.device, weights_only=True)
-        if state.get("settings") != settings:
+        written = _settings(state.get("settings") or {})
+        if written != settings:
             raise ConfigMismatch(f"{checkpoint}: written with other settings:\n  "
-                                 + "\n  ".join(_differences(state.get("settings") or {},
-                                                            settings)))
+                                 + "\n  ".join(_differences(written, settings)))
         for m in range(count):
             layers.load_state(m, state["members"][m])
         optimizer.load_state_dict(state["optimizer"])

@@ -19,13 +19,15 @@ backend's :meth:`~EnsembleScoring.generate` gives each answer its
 2. **The samples** come from the base model's decoding loop (seeded as in any run).
 3. **Teacher forcing** (:meth:`EnsembleScoring.teacher_force`): each answer, prompt +
    answer, runs through all members in one expanded batch of ``M`` blocks
-   (:class:`~confide.backends.hf.members.MemberLayers`: the pass
-   :meth:`~confide.backends.hf.members.EnsembleMembers.forward_all` makes), batched
-   across the block's answers. Prompts opening with at least
+   (:meth:`~confide.backends.hf.members.EnsembleMembers.decoder_pass`: members that
+   adapt only the top layers share one pass of the lower ones), batched across the
+   block's answers. Prompts opening with at least
    :data:`~confide.backends.hf.decoding.MIN_SHARED_PREFIX` equal tokens (few-shot
-   exemplars) encode that prefix once per member, kept across blocks, and each row runs
-   only its prompt's remainder and its answer; only the answer positions are projected
-   onto the vocabulary, in float32, in chunks of at most :data:`LOGITS_BUDGET` bytes.
+   exemplars) encode that prefix once (below the members' layers: once for all of
+   them; above: once per member), kept across blocks, and each row runs only its
+   prompt's remainder and its answer; only the answer positions are projected onto the
+   vocabulary, in float32, in chunks of at most :data:`LOGITS_BUDGET` bytes of logits and
+   :data:`~confide.backends.hf.members.FORWARD_TOKENS` member row-tokens.
    Each answer's members' log-probabilities :math:`(M, T, V)` become its statistics
    (:func:`member_arrays`: the values of
    :func:`~confide.scorers.ensemble.member_statistics`, summed on the chunk's tensors;
@@ -35,7 +37,8 @@ The base model's own passes (generation, the extra passes of other scorers) are
 untouched: the members act only inside these passes.
 
 Cost (``benchmarks/ensembles.py``, ``benchmarks/results/ensembles.md``): teacher forcing
-the greedy answers under 4 LoRA members against generating 10 samples with the base.
+the greedy answers under 4 LoRA members (of every layer, and of the top quarter) against
+generating 10 samples with the base.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ import torch
 from confide.backends.base import GenerationResult, GenerationSpec, Prompt, TokenCallback
 from confide.backends.hf.cache import cache_from, cache_of, key_values
 from confide.backends.hf.decoding import MIN_SHARED_PREFIX, DecodingLoop, common_prefix
+from confide.backends.hf.members import FORWARD_TOKENS
 from confide.backends.hf.steps import step_statistics
 from confide.core.errors import InvalidInputError
 from confide.core.records import Generation, MemberStatistics
@@ -177,13 +181,18 @@ class EnsembleScoring:
             shared = shared if shared >= MIN_SHARED_PREFIX else 0
         prefix = self._prefix_cache(tuple(prompts[used[0]][:shared])) if shared else None
         start = 0
+        def suffix(i: int) -> int:
+            return len(prompts[answers[i][0]]) - shared
+
         while start < len(todo):
-            longest = len(answers[todo[start]][1])
-            rows = 1
-            # rows sorted by length: grow the chunk while its logits fit the budget
+            rows, width = 1, suffix(todo[start])
+            # rows sorted by length: grow the chunk while its logits and its member
+            # row-tokens fit the budgets
             while start + rows < len(todo):
                 longest = len(answers[todo[start + rows]][1])
-                if count * (rows + 1) * longest * vocab * 4 > LOGITS_BUDGET:
+                width = max(width, suffix(todo[start + rows]))
+                if count * (rows + 1) * longest * vocab * 4 > LOGITS_BUDGET \
+                        or count * (rows + 1) * (width + longest) > FORWARD_TOKENS:
                     break
                 rows += 1
             chunk = todo[start:start + rows]
@@ -202,16 +211,16 @@ class EnsembleScoring:
         return [s for s in out if s is not None]
 
     def _prefix_cache(self, prefix: tuple[int, ...]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Per layer each member's (keys, values) of ``prefix``: ``(M, heads, P, dim)``,
-        row ``m`` member ``m``'s. The last prefix is kept: a run's blocks share it."""
+        """Per layer the (keys, values) of ``prefix``: ``(M, heads, P, dim)``, row ``m``
+        member ``m``'s, or ``(1, heads, P, dim)`` below the members' first layer (shared by
+        all of them). The last prefix is kept: a run's blocks share it."""
         if self._prefix is None or self._prefix[0] != prefix:
-            b, count = self.backend, self.members.count
-            ids = torch.tensor([prefix], device=b.device).repeat(count, 1)
-            mask = torch.ones_like(ids)
-            positions = torch.arange(len(prefix), device=b.device)[None].repeat(count, 1)
-            with torch.inference_mode(), self.members.layers.rows(list(range(count))):
-                out = b._decoder(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                 use_cache=True)
+            b = self.backend
+            ids = torch.tensor([prefix], device=b.device)
+            with torch.inference_mode():
+                out = self.members.decoder_pass(ids, torch.ones_like(ids),
+                                                torch.arange(len(prefix), device=b.device)[None],
+                                                use_cache=True)
             self._prefix = (prefix, key_values(cache_of(out)))
         return self._prefix[1]
 
@@ -232,18 +241,18 @@ class EnsembleScoring:
         for r, (s, a) in enumerate(zip(suffixes, answers, strict=True)):
             ids[r, width - len(s):width + len(a)] = torch.tensor([*s, *a])
             mask[r, width - len(s):width + len(a)] = 1
-        ids, mask = ids.to(b.device).repeat(count, 1), mask.to(b.device).repeat(count, 1)
+        ids, mask = ids.to(b.device), mask.to(b.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0) + shared
         extra: dict[str, Any] = {"use_cache": False}
         if prefix is not None:
-            # member m's prefix cache for each of its block's rows (rows m·R .. m·R + R - 1)
+            # the prefix cache for each row: a shared layer's one row to R rows, a member
+            # layer's M rows to M·R (member m's for rows m·R .. m·R + R - 1)
             kv = [(k.repeat_interleave(rows, dim=0), v.repeat_interleave(rows, dim=0))
                   for k, v in prefix]
-            mask = torch.cat([mask.new_ones((count * rows, shared)), mask], dim=-1)
+            mask = torch.cat([mask.new_ones((rows, shared)), mask], dim=-1)
             extra = {"use_cache": True, b._cache_kwarg: cache_from(kv, b.model.config)}
-        with torch.inference_mode(), self.members.layers.rows(list(range(count))):
-            out = b._decoder(input_ids=ids, attention_mask=mask, position_ids=positions,
-                             **extra)
+        with torch.inference_mode():
+            out = self.members.decoder_pass(ids, mask, positions, **extra)
             hidden = out.last_hidden_state[:, width - 1:width - 1 + length, :]
             logp = torch.log_softmax(b.float32_logits(hidden), dim=-1)
         return logp.reshape(count, rows, length, -1).cpu()
@@ -270,18 +279,15 @@ class EnsembleScoring:
     def _mean_block(self, prompts: list[list[int]], spec: GenerationSpec) -> list[Generation]:
         b, count, method = self.backend, self.members.count, self.members.method
         n = len(prompts)
-        input_ids, mask, positions = b._left_padded(prompts)
-        ids, mask, positions = (input_ids.repeat(count, 1), mask.repeat(count, 1),
-                                positions.repeat(count, 1))
+        ids, mask, positions = b._left_padded(prompts)  # the members repeat the rows
         rows_of = [_MeanRow() for _ in range(n)]
         steps: list[list[tuple[np.ndarray, np.ndarray, np.ndarray, MemberStatistics]]] = \
             [[] for _ in range(n)]
         cache = None
         log_m = math.log(count)
         for _ in range(spec.max_new_tokens):
-            with self.members.layers.rows(list(range(count))):
-                out = b._decoder(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                 use_cache=True, **{b._cache_kwarg: cache})
+            out = self.members.decoder_pass(ids, mask, positions, use_cache=True,
+                                            **{b._cache_kwarg: cache})
             cache = cache_of(out)
             logits = b.float32_logits(out.last_hidden_state[:, -1, :])
             logp = torch.log_softmax(logits, dim=-1).reshape(count, n, -1)
@@ -303,8 +309,8 @@ class EnsembleScoring:
                     row.done, row.finish = True, "stop"
             if all(r.done for r in rows_of):
                 break
-            ids = chosen.repeat(count)[:, None]
-            mask = torch.cat([mask, mask.new_ones((count * n, 1))], dim=-1)
+            ids = chosen[:, None]
+            mask = torch.cat([mask, mask.new_ones((n, 1))], dim=-1)
             positions = positions[:, -1:] + 1
         gens = []
         for q, row in enumerate(rows_of):
@@ -326,6 +332,7 @@ class _MeanRow:
     ids: list[int] = field(default_factory=list)
     done: bool = False
     finish: str = "length"
+    trace_opened: bool = False  # the mean's loop does not split reasoning traces
 
 
 def member_arrays(logp: torch.Tensor, ids: torch.Tensor
