@@ -25,13 +25,18 @@ protocol                      offers                                            
 :class:`HasConfig`            ``config()``: the model setup stored with a run       all
 :class:`Streams`              ``streaming``, ``generate(..., on_token=)``           hf, openai
 :class:`GeneratesAsync`       ``aopen``, ``aclose``, ``aprobe``, ``agenerate_one``  openai
-:class:`Tokenizes`            ``encode(prompt)``: the prompt's token ids            hf, vllm
+:class:`Tokenizes`            ``encode(prompt, thinking=)``: a prompt's token ids   hf, vllm
 :class:`HasLayers`            ``n_layers``: hidden-state layers 0 .. n_layers       hf
 :class:`HasContextWindow`     ``context_window``: tokens, None if not stated        hf, vllm
 :class:`NextTokenScorer`      ``next_token_logprobs``: exact one-token replies      hf
 :class:`ScoresUnconditioned`  ``unconditioned_logprobs``: answer, no question       hf
 :class:`HasAttentions`        ``attention_diagonals``: self-attention weights       hf
+:class:`ScoresContinuation`   ``continuation_logprobs``: tokens after a context     hf
 ============================  ====================================================  ==========
+
+A pass over a generation's own prompt again reads it as the generation did: a reasoning
+run (``GenerationSpec.reasoning_tags`` set) renders a chat template's thinking mode on
+(:func:`encode_prompt`), so such passes take ``thinking``.
 
 Before Python 3.12 ``isinstance`` reads every member of the protocol, properties
 included (``OpenAIBackend.capabilities`` would probe the server): test for the
@@ -48,13 +53,14 @@ from typing import Any, Protocol, runtime_checkable
 from confide.core.errors import InvalidInputError
 from confide.core.needs import Need
 from confide.core.options import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, check_option, check_stop
-from confide.core.reasoning import reasoning_tags
+from confide.core.reasoning import prompt_opens_trace, reasoning_tags
 from confide.core.records import Generation, Message
 
 __all__ = ["Backend", "GenerationResult", "GenerationSpec", "GeneratesAsync",
            "HasAttentions", "HasChatTemplate", "HasConfig", "HasContextWindow", "HasLayers",
-           "NextTokenScorer", "Prompt", "ScoresUnconditioned", "Streams", "TokenCallback",
-           "TokenEvent", "Tokenizes", "encode_prompt", "item_seed", "takes_thinking"]
+           "NextTokenScorer", "Prompt", "ScoresContinuation", "ScoresUnconditioned", "Streams",
+           "TokenCallback", "TokenEvent", "Tokenizes", "encode_prompt", "item_seed",
+           "opens_trace", "takes_thinking"]
 
 Prompt = str | list[Message]
 
@@ -163,8 +169,9 @@ class Backend(Protocol):
 class Tokenizes(Protocol):
     """A backend that can count a prompt's tokens (a local model)."""
 
-    def encode(self, prompt: Prompt) -> list[int]:
-        """The token ids of ``prompt`` as the model would read it."""
+    def encode(self, prompt: Prompt, *, thinking: bool = False) -> list[int]:
+        """The token ids of ``prompt`` as the model would read it; ``thinking``: as a
+        reasoning run renders it (:func:`encode_prompt`)."""
         ...
 
 
@@ -263,10 +270,30 @@ class HasAttentions(Protocol):
     """A backend that gives attention weights over prompt + answer (``rauq``,
     ``attention_score``; capability ``attentions``)."""
 
-    def attention_diagonals(self, prompts: list[Prompt], answers: list[list[int]]
-                            ) -> list[tuple[int, Any]]:
+    def attention_diagonals(self, prompts: list[Prompt], answers: list[list[int]], *,
+                            thinking: bool = False) -> list[tuple[int, Any]]:
         """Per (prompt, answer): the prompt's length :math:`p` and an array (layers, heads,
-        :math:`p + T`) of each position's attention to itself."""
+        :math:`p + T`) of each position's attention to itself; ``thinking``: the prompt
+        rendered as a reasoning run renders it."""
+        ...
+
+
+@runtime_checkable
+class ScoresContinuation(Protocol):
+    """A backend that teacher-forces chosen tokens after a generation's own prompt and a
+    context (``cued_answer_logprob``; ``hf``:
+    :meth:`~confide.backends.hf.passes.ExtraPasses.continuation_logprobs`)."""
+
+    def cue_and_answer_ids(self, cue: str, answer: str) -> tuple[list[int], list[int]]:
+        """Token ids of ``cue + answer`` read together, split where the answer's begin."""
+        ...
+
+    def continuation_logprobs(self, prompts: list[Prompt], contexts: list[list[int]],
+                              continuations: list[list[int]], *, thinking: bool = False
+                              ) -> list[Any]:
+        """Per (prompt, context, continuation): a float64 array of each continuation
+        token's log-probability after the prompt (``thinking``: as a reasoning run renders
+        it) and the context."""
         ...
 
 
@@ -305,3 +332,12 @@ def encode_prompt(tokenizer: Any, prompt: Prompt, *, thinking: bool = False) -> 
                                              **extra)
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
     return list(tokenizer(prompt)["input_ids"])
+
+
+def opens_trace(tokenizer: Any, prompt_ids: list[int], tags: tuple[str, str]) -> bool:
+    """Whether encoded prompt ids end with the opening tag ``tags[0]`` (white space aside):
+    the reply then starts inside a trace and is marked ``Generation.trace_opened``
+    (:func:`~confide.core.reasoning.prompt_opens_trace`). The tail is decoded with its
+    special tokens, since a tag may be one (Qwen3's ``<think>``)."""
+    tail = tokenizer.decode(prompt_ids[-16:], skip_special_tokens=False)
+    return prompt_opens_trace(tail, tags)

@@ -8,7 +8,11 @@ request seeded ``seeds[i] + j`` (``SamplingParams(seed=...)``), as in the ``hf``
 backend, so a resumed run regenerates the same samples. Prompts are tokenized
 here, chat messages through the model's chat template, exactly as ``hf`` does,
 and handed to vLLM as token ids; answers are decoded and cut at the first stop
-string here too.
+string here too. A reasoning run (``spec.reasoning_tags`` set) renders a chat template's
+thinking mode on, as ``hf`` does (:func:`rendered_prompts`), and where the rendered prompt
+ends with the opening tag marks every reply of it ``trace_opened``, so a reply cut by the
+token budget before its closing tag is a trace with no final answer
+(:func:`~confide.core.reasoning.split_reasoning`).
 
 Which token statistics are exact and which are not
 ---------------------------------------------------
@@ -71,6 +75,7 @@ from confide.backends.base import (
     Prompt,
     Tokenizes,
     encode_prompt,
+    opens_trace,
 )
 from confide.backends.models import DEFAULT_MODEL, resolve_model
 from confide.backends.topk import ranked_entropy_lower_bound
@@ -79,7 +84,8 @@ from confide.core.needs import Need
 from confide.core.records import Generation
 
 __all__ = ["STATS_LOGPROBS", "TAIL_FLOOR", "TokenText", "VLLMBackend", "assemble",
-           "request_plan", "to_generation", "topk_statistics", "vllm_capabilities"]
+           "rendered_prompts", "request_plan", "to_generation", "topk_statistics",
+           "vllm_capabilities"]
 
 # Log-probabilities asked of vLLM per token for the entropy bounds (vLLM's default cap).
 STATS_LOGPROBS = 20
@@ -364,10 +370,11 @@ class VLLMBackend(Backend, Tokenizes, HasContextWindow):
             piece = self._pieces[token_id] = self.tokenizer.decode([token_id])
         return piece
 
-    def encode(self, prompt: Prompt) -> list[int]:
+    def encode(self, prompt: Prompt, *, thinking: bool = False) -> list[int]:
         """Token ids of a prompt, as the ``hf`` backend makes them: chat messages through
-        the chat template with the generation prompt, text as is."""
-        return encode_prompt(self.tokenizer, prompt)
+        the chat template with the generation prompt (``thinking``: its thinking mode on,
+        as a reasoning run renders it), text as is."""
+        return encode_prompt(self.tokenizer, prompt, thinking=thinking)
 
     def generate(self, prompts: list[Prompt], spec: GenerationSpec,
                  seeds: list[int]) -> list[GenerationResult]:
@@ -378,21 +385,46 @@ class VLLMBackend(Backend, Tokenizes, HasContextWindow):
                                     "backend to store them", field="hidden_layers")
         logprobs = max(STATS_LOGPROBS, spec.top_k_alternatives)
         plan = request_plan(spec, seeds, len(prompts), logprobs)
-        encoded = [{"prompt_token_ids": self.encode(p)} for p in prompts]
+        rendered = rendered_prompts(self.tokenizer, prompts, spec.reasoning_tags)
+        encoded = [{"prompt_token_ids": ids} for ids, _ in rendered]
         outputs = self.llm.generate([encoded[i] for i, _ in plan],
                                     [SamplingParams(**kw) for _, kw in plan], use_tqdm=False)
         return assemble(plan, outputs, lambda out: to_generation(
             out, self._text, spec, stats_k=logprobs, vocab_size=self.vocab_size,
-            approximate=self.approximate), len(prompts))
+            approximate=self.approximate), len(prompts),
+            opened=[opened for _, opened in rendered])
+
+
+def rendered_prompts(tokenizer: Any, prompts: Sequence[Prompt],
+                     tags: tuple[str, str] | None) -> list[tuple[list[int], bool]]:
+    """Each prompt's token ids as the run renders it, and whether they open a trace.
+
+    ``tags``: the run's reasoning tags (``spec.reasoning_tags``); set, chat messages go
+    through the chat template's thinking mode (:func:`~confide.backends.base.encode_prompt`
+    with ``thinking``, as ``hf`` renders them and as its passes over the reply read them
+    again), and a prompt whose ids end with the opening tag
+    (:func:`~confide.backends.base.opens_trace`) opens the trace; None: rendered as
+    always, and nothing is opened.
+    """
+    out = []
+    for prompt in prompts:
+        ids = encode_prompt(tokenizer, prompt, thinking=tags is not None)
+        out.append((ids, tags is not None and opens_trace(tokenizer, ids, tags)))
+    return out
 
 
 def assemble(plan: Sequence[tuple[int, dict[str, Any]]], outputs: Iterable[Any],
-             convert: Callable[[Any], Generation], n_prompts: int) -> list[GenerationResult]:
+             convert: Callable[[Any], Generation], n_prompts: int, *,
+             opened: Sequence[bool] = ()) -> list[GenerationResult]:
     """One result per prompt from vLLM's request outputs (in request order): the greedy
-    request's answer and the sampled ones, in seed order."""
+    request's answer and the sampled ones, in seed order. ``opened[i]``: prompt ``i``
+    ended with the reasoning opening tag, so each of its replies is marked
+    ``trace_opened`` (:func:`rendered_prompts`); empty: none did."""
     results = [GenerationResult(greedy=None) for _ in range(n_prompts)]
     for (i, kw), request in zip(plan, outputs, strict=True):
         gen = convert(request.outputs[0])
+        if opened and opened[i]:
+            gen.trace_opened = True
         if "seed" in kw:
             results[i].samples.append(gen)
         else:

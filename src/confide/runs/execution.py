@@ -281,5 +281,6 @@ def check_against_model(backend: Backend, plan: RunPlan, items: list[Item]) -> N
         # A prompt far too long is refused by its length alone: tokenizing megabytes
         # first would only keep the user waiting.
         check_prompt_fits(item.id, spec.max_new_tokens, window, n_chars=chars)
-        check_prompt_fits(item.id, spec.max_new_tokens, window,
-                          n_tokens=len(backend.encode(prompt)))
+        # counted as generation reads it: a reasoning run's in thinking mode
+        check_prompt_fits(item.id, spec.max_new_tokens, window, n_tokens=len(
+            backend.encode(prompt, thinking=spec.reasoning_tags is not None)))

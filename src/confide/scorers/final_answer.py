@@ -23,19 +23,19 @@ or the rest of that line; else the whole answer. Option ``final_answer_format``
 from __future__ import annotations
 
 import re
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
-from confide.backends.base import Prompt
+from confide.backends.base import ScoresContinuation
 from confide.core.errors import CannotScore
 from confide.core.records import Item, Record
 from confide.grading.choice import LETTERS, picked_option
 from confide.scorers.base import Cost, Need, ScoringContext, exp_of, scorer
 from confide.scorers.reasoning import reply_trace
 
-__all__ = ["FINAL_ANSWER_CUE", "FINAL_ANSWER_FORMATS", "ScoresContinuation",
-           "cued_answer_value", "extract_final_answer"]
+__all__ = ["FINAL_ANSWER_CUE", "FINAL_ANSWER_FORMATS", "cued_answer_value",
+           "extract_final_answer"]
 
 #: The cue appended after the trace; the extracted answer follows it after one space.
 FINAL_ANSWER_CUE = "\nFinal answer:"
@@ -45,18 +45,6 @@ _BOXED = re.compile(r"\\boxed\{")
 _MARKERS = re.compile(r"####|\b(?:final answer|the answer|answer)\s*(?:is|:|=)", re.IGNORECASE)
 # a number as written: sign, digits with thousands separators, decimals, a simple fraction
 _NUMBER = re.compile(r"(?<![\w.])[-−]?\d(?:[\d,]*\d)?(?:\.\d+)?(?:\s?/\s?\d+)?")
-
-
-@runtime_checkable
-class ScoresContinuation(Protocol):
-    """A backend that teacher-forces chosen tokens after a generation's own prompt and a
-    context (``hf``: :meth:`~confide.backends.hf.passes.ExtraPasses.continuation_logprobs`)."""
-
-    def cue_and_answer_ids(self, cue: str, answer: str) -> tuple[list[int], list[int]]: ...
-
-    def continuation_logprobs(self, prompts: list[Prompt], contexts: list[list[int]],
-                              continuations: list[list[int]], *, thinking: bool = False
-                              ) -> list[Any]: ...
 
 
 # ---------------------------------------------------------------------- extraction

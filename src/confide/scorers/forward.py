@@ -16,6 +16,13 @@ are chosen, and never otherwise:
 Backends that cannot give these (an OpenAI-compatible server) do not declare
 the capability, and the runner skips the scorers with that reason.
 
+A reasoning reply (:mod:`confide.core.reasoning`) is read as it was generated: the
+attention pass runs over the prompt as a reasoning run rendered it (a chat template's
+thinking mode on), then the trace's tokens, then the final answer's, exactly the tokens
+the decoding loop read; the scorers, answer-level, read the answer's positions (and
+``attention_score`` the prompt's), never the trace's. A reply whose trace's tokens are
+unknown cannot be fed again and is not scored.
+
 Notation: answer tokens :math:`y_0..y_{T-1}` after a prompt :math:`x` of
 :math:`p` tokens; :math:`\ell_t = \log p(y_t \mid x, y_{<t})` (stored while
 generating), :math:`u_t = \log p(y_t \mid n, y_{<t})` with :math:`n` the
@@ -33,7 +40,7 @@ import numpy as np
 
 from confide.backends.base import HasAttentions, HasChatTemplate, Prompt, ScoresUnconditioned
 from confide.core.errors import CannotScore
-from confide.core.records import Record
+from confide.core.records import Generation, Record
 from confide.scorers.base import Cost, Need, ScoringContext, exp_of, no_readable, scorer
 from confide.scorers.whitebox import token_statistic
 
@@ -202,17 +209,46 @@ def _generation_prompt(record: Record, ctx: ScoringContext) -> Prompt:
     return prompt
 
 
+def _trace_ids(gen: Generation) -> list[int]:
+    """The token ids of ``gen``'s reasoning trace, generated before its answer ([] for a
+    reply without a trace, or with an empty one); :class:`CannotScore` where the trace has
+    text but no token ids (an imported log's): the pass could not read what generation read.
+    """
+    trace = gen.trace
+    if trace is None:
+        return []
+    if not trace.token_ids and (trace.n_tokens or not trace.empty):
+        raise CannotScore("the trace's token ids are unknown: the attention pass cannot read "
+                          "the answer after it as it was generated")
+    return list(trace.token_ids)
+
+
 def _attention(record: Record, ctx: ScoringContext) -> tuple[int, np.ndarray]:
-    """(prompt length, self-attention weights (layers, heads, p + T)), once per record."""
-    ids = list(record.greedy.token_ids)
+    """(prompt length :math:`p`, self-attention weights (layers, heads, :math:`p + T`) of
+    the prompt's and the answer's positions), once per record.
+
+    One pass over the tokens generation read: the prompt as the run rendered it (a
+    reasoning reply's in thinking mode, :func:`~confide.backends.base.encode_prompt`), a
+    reasoning reply's trace, then the answer; the trace's positions are dropped after it,
+    so position :math:`p + j` is answer token :math:`y_j` read after the trace.
+    """
+    gen = record.greedy
+    ids = list(gen.token_ids)
     if not ids:
         raise CannotScore("empty answer: no tokens to score")
     prompt = _generation_prompt(record, ctx)
+    trace = _trace_ids(gen)
+    # a reply with a trace came from a reasoning run: its prompt rendered in thinking mode
+    thinking = gen.trace is not None
 
     def compute() -> tuple[int, np.ndarray]:
         backend = _backend_with(ctx, HasAttentions, "attention diagonals")
-        length, diagonal = backend.attention_diagonals([prompt], [ids])[0]
-        return int(length), np.asarray(diagonal, dtype=np.float64)
+        length, diagonal = backend.attention_diagonals([prompt], [trace + ids],
+                                                       thinking=thinking)[0]
+        length, diagonal = int(length), np.asarray(diagonal, dtype=np.float64)
+        if diagonal.ndim != 3 or diagonal.shape[-1] != length + len(trace) + len(ids):
+            raise CannotScore("attention weights do not cover prompt + trace + answer")
+        return length, np.delete(diagonal, np.s_[length:length + len(trace)], axis=-1)
 
     length, diagonal = ctx.cached(record, "attention_diagonals", compute)
     if diagonal.ndim != 3 or diagonal.shape[-1] != length + len(ids):
@@ -280,7 +316,11 @@ def rauq(record: Record, ctx: ScoringContext) -> float:
     an answer to chat messages, 0.2 for one continuing a completion prompt (as
     the rendered prompt was given, not whether the model has a chat template;
     ``ctx.options["rauq_alpha"]`` overrides). A confident token after a doubtful
-    one inherits some doubt when the head looks back at it.
+    one inherits some doubt when the head looks back at it. A reasoning reply's
+    final answer is read after its trace :math:`z`: the pass runs over
+    :math:`x \oplus z \oplus y` (the prompt in thinking mode) and
+    :math:`a^{(l,h)}_j = A^{(l,h)}_{p+|z|+j-1,\,p+|z|+j-1}`, the weights of the steps that
+    chose the answer (module notes).
 
     Equals LM-Polygraph's ``RAUQ`` (:math:`c = 1 - U`, its uncertainty is
     :math:`\max_l (1 - \cdot)`) fed the same attentions: Polygraph reads
@@ -339,7 +379,11 @@ def attention_score(record: Record, ctx: ScoringContext) -> float:
     also LM-Polygraph's default, so the two can be compared. The authors'
     code instead averages over the response's positions:
     :func:`attention_score_response`. ``ctx.options["attention_layer"]``
-    chooses another layer.
+    chooses another layer. A reasoning reply's pass runs over prompt (in thinking
+    mode), trace and final answer, and the sum is over the prompt's and the answer's
+    positions, the trace's left out: the log-determinant of the principal submatrix of
+    those positions (triangular too), so the trace's length does not enter an
+    answer-level score (module notes).
 
     Equals LM-Polygraph's ``AttentionScore`` (default: whole sequence, layer
     :math:`\lfloor L/2 \rfloor`; :math:`c = -U`) on the same attention
@@ -365,7 +409,9 @@ def attention_score_response(record: Record, ctx: ScoringContext) -> float:
 
     over the answer's :math:`T` positions after the prompt's :math:`p`, so
     it does not grow with the length of prompt or answer (unlike
-    :func:`attention_score`, the paper's formula over the whole sequence).
+    :func:`attention_score`, the paper's formula over the whole sequence). A
+    reasoning reply's answer positions are read in a pass over prompt (in thinking
+    mode), trace and answer (module notes).
 
     >>> round(attention_score_value(np.array([[1.0, 0.5], [1.0, 0.25]]), start=1,
     ...                             mean=True), 6)  # (ln .5 + ln .25) / 2

@@ -164,7 +164,7 @@ class Replies:
             "id": job.reply_id, "object": "chat.completion" if kind == "chat" else
             "text_completion", "created": int(time.time()), "model": self.served,
             "choices": choices, "system_fingerprint": None, "confide": info}
-        counted = usage(self.backend, job.prompt, gens)
+        counted = usage(self.backend, job.prompt, gens, job.spec)
         if counted is not None:
             out["usage"] = counted
         return JSONResponse(out, headers=record_header(info.get("record_id")))
@@ -177,7 +177,8 @@ class Replies:
         events = await event_stream(
             job, shape, generate=self.generate, conclude=self.conclude,
             abstain_message=self.abstain_message,
-            usage=lambda gens: usage(self.backend, job.prompt, gens), timeout=self.timeout,
+            usage=lambda gens: usage(self.backend, job.prompt, gens, job.spec),
+            timeout=self.timeout,
             log_stream=self.streams.add)
         # the header comes before the record is stored: the last chunk's
         # confide.record_id confirms it (null when the record was dropped)
@@ -342,11 +343,14 @@ def set_text(kind: str, choice: dict[str, Any], text: str) -> None:
             choice["reasoning_content"] = None
 
 
-def usage(backend: Backend, prompt: Prompt, gens: list[Generation]) -> dict[str, int] | None:
-    """Token counts when the backend can count the prompt (a local model); else None."""
+def usage(backend: Backend, prompt: Prompt, gens: list[Generation],
+          spec: GenerationSpec | None = None) -> dict[str, int] | None:
+    """Token counts when the backend can count the prompt (a local model); else None. The
+    prompt is counted as ``spec``'s generation read it (a reasoning run's in thinking mode)."""
     if not isinstance(backend, Tokenizes) or any(g.n_tokens == 0 and g.text for g in gens):
         return None
-    prompt_tokens = len(backend.encode(prompt))
+    thinking = spec is not None and spec.reasoning_tags is not None
+    prompt_tokens = len(backend.encode(prompt, thinking=thinking))
     # a reasoning reply's trace tokens were generated too
     completion = sum(g.n_tokens + (g.trace.n_tokens if g.trace is not None else 0)
                      for g in gens)
