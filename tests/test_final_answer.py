@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from confide.backends.base import GenerationSpec
+from confide.backends.base import GenerationSpec, ScoresContinuation
 from confide.core.errors import CannotScore
 from confide.core.reasoning import DEFAULT_TAGS
 from confide.core.records import Generation, Item, Record
@@ -18,7 +18,6 @@ from confide.pipeline.answering import Pipeline
 from confide.scorers import SCORERS, ScoringContext, run_scorer
 from confide.scorers.final_answer import (
     FINAL_ANSWER_CUE,
-    ScoresContinuation,
     cued_answer_logprob,
     extract_final_answer,
 )

@@ -33,10 +33,11 @@ from confide.backends.base import (
     Prompt,
     TokenCallback,
     TokenEvent,
+    opens_trace,
 )
 from confide.backends.hf.cache import cache_from, gather_columns, key_values, select_rows
 from confide.backends.hf.steps import N_STEP_STATISTICS, choose_tokens, step_statistics
-from confide.core.reasoning import prompt_opens_trace, split_reasoning
+from confide.core.reasoning import split_reasoning
 from confide.core.records import Generation
 
 __all__ = ["MIN_SHARED_PREFIX", "DecodingLoop", "common_prefix"]
@@ -182,8 +183,7 @@ class DecodingLoop:
         aside): the reply then starts inside a trace
         (:func:`~confide.core.reasoning.prompt_opens_trace`). Special tokens are kept: a
         tag may be one (Qwen3's ``<think>``)."""
-        tail = self.tokenizer.decode(prompt_ids[-16:], skip_special_tokens=False)
-        return prompt_opens_trace(tail, tags)
+        return opens_trace(self.tokenizer, prompt_ids, tags)
 
     @staticmethod
     def _rows(n_questions: int, spec: GenerationSpec, seeds: list[int]) -> list[_Row]:

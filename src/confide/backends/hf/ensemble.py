@@ -133,7 +133,8 @@ class EnsembleScoring:
             results = DecodingLoop.generate(b, prompts, replace(spec, greedy=False), seeds)
             for result, greedy in zip(results, self.mean_greedy(prompts, spec), strict=True):
                 result.greedy = greedy
-        encoded = [b.encode(p) for p in prompts]
+        encoded = [b.generation_prompt(p, thinking=spec.reasoning_tags is not None)
+                   for p in prompts]
         todo: list[tuple[int, Generation]] = []
         for q, result in enumerate(results):
             for gen in [result.greedy, *result.samples]:
@@ -270,7 +271,8 @@ class EnsembleScoring:
         last has ended: simpler and slower than the base's continuous batching.
         """
         b = self.backend
-        encoded = [b.encode(p) for p in prompts]
+        encoded = [b.generation_prompt(p, thinking=spec.reasoning_tags is not None)
+                   for p in prompts]
         out: list[Generation] = []
         for start in range(0, len(encoded), b.batch_size):
             out += self._mean_block(encoded[start:start + b.batch_size], spec)
