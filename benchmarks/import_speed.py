@@ -129,12 +129,13 @@ def score_answers_rate(log: Path, scorers: list[str], records: int, batch: int
 
 def stage_times(log: Path, scorers: list[str], records: int) -> dict[str, float]:
     """µs of CPU per record of each stage of an import, each stage timed over the first
-    ``records`` records at once (decode, parse, plan, each scorer over blocks of
+    ``records`` records at once (decode, parse in blocks of ``READ_BLOCK`` records as the
+    import reads, plan, each scorer over blocks of
     ``BLOCK_RECORDS`` records as the import runs it, grade, encode), garbage collection off;
     the import's own loop, its file hash and SQLite are not in it."""
     from confide.equivalence.judges import make_judge
     from confide.ingest.common import decode_line
-    from confide.ingest.reading import parse_value
+    from confide.ingest.reading import READ_BLOCK, parse_values
     from confide.pipeline.answering import grade_record
     from confide.pipeline.scorer_plan import ScorerPlan, record_capabilities
     from confide.runs.import_workers import BLOCK_RECORDS
@@ -155,8 +156,10 @@ def stage_times(log: Path, scorers: list[str], records: int) -> dict[str, float]
             return value
 
         values = timed("decode", lambda: [decode_line(r, i + 1) for i, r in enumerate(lines)])
-        read = timed("parse", lambda: [parse_value(v, i + 1, log, "openai")
-                                       for i, v in enumerate(values)])
+        pairs = [(i + 1, v) for i, v in enumerate(values)]
+        read = timed("parse", lambda: [r for a in range(0, n, READ_BLOCK)  # as the import reads
+                                       for r in parse_values(pairs[a:a + READ_BLOCK], log,
+                                                             "openai")])
         records_ = [r.to_record() for r in read]
         plan = ScorerPlan([SCORERS[s] for s in scorers], imported=True)
         caps = timed("plan (capabilities)", lambda: [record_capabilities(r) for r in records_])

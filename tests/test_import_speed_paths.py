@@ -497,3 +497,116 @@ def test_the_shared_values_follow_an_array_changed_in_place() -> None:
     for name in names:
         assert _same(after[name], want[name]), name
     assert after["msp"] != before["msp"] and after["max_entropy"] != before["max_entropy"]
+
+
+# --- many records read together -------------------------------------------------------------
+
+
+def _generation_bits(gen: Generation | None) -> Any:
+    if gen is None:
+        return None
+    d = gen.to_dict()
+    for key in ("token_logprobs", "top_logprobs", "token_entropies"):
+        arr = getattr(gen, key)
+        d[key] = None if arr is None else (arr.dtype.str, arr.shape, arr.tobytes())
+    d["trace"] = _generation_bits(gen.trace)
+    return d
+
+
+def _imported_bits(got: Any) -> Any:
+    """Everything of a record read, arrays to the bit; an error as its kind and text."""
+    if isinstance(got, Exception):
+        return (type(got).__name__, str(got))
+    return (got.item.to_dict(), _generation_bits(got.greedy),
+            [_generation_bits(s) for s in got.samples], got.label, got.line,
+            sorted(got.capabilities), got.approximate)
+
+
+def _log_record(rng: random.Random, i: int) -> Any:
+    """A log record of one or more chat choices (:func:`_chat_choice`), now and then with a
+    trace in a field of its own, ints for log-probabilities, or a fault outside them."""
+    choices = [_chat_choice(rng) for _ in range(rng.choice([1, 1, 1, 2, 3]))]
+    for j, choice in enumerate(choices):
+        choice["index"] = j
+        if rng.random() < 0.05 and "message" in choice:
+            choice["message"]["reasoning_content"] = "Let me think."
+        if rng.random() < 0.05:
+            for entry in (choice.get("logprobs") or {}).get("content") or []:
+                if isinstance(entry, dict) and isinstance(entry.get("top_logprobs"), list):
+                    for alt in entry["top_logprobs"]:
+                        if isinstance(alt, dict) and rng.random() < 0.3:
+                            alt["logprob"] = rng.choice([-3, -40, -(2 ** 24)])
+    record: dict[str, Any] = {"id": f"r{i}", "object": "chat.completion", "model": "m",
+                              "choices": choices, "references": ["Paris"]}
+    fault = rng.random()
+    if fault < 0.03:
+        record["references"] = {"x": 1}
+    elif fault < 0.05:
+        record["label"] = "yes"
+    elif fault < 0.06:
+        record["choices"][0]["index"] = 7
+    elif fault < 0.07:
+        return rng.choice([[1], "x", None])
+    return record
+
+
+def test_records_read_together_read_as_each_alone() -> None:
+    """The block reading (``parse_values``, ``openai.parse_many``) gives each record's
+    reading alone: the same generations to the bit, notes, capabilities, and the same
+    error, at the same record, in blocks of every size."""
+    from confide.ingest.common import Context
+    from confide.ingest.openai import parse, parse_many
+    from confide.ingest.reading import parse_value, parse_values
+
+    rng = random.Random(21)
+    records = [_log_record(rng, i) for i in range(3000)]
+    path = Path("log.jsonl")
+    alone = []
+    for i, obj in enumerate(records):
+        try:
+            alone.append(_imported_bits(parse_value(obj, i + 1, path, "openai")))
+        except Exception as exc:
+            alone.append(_imported_bits(exc))
+    for size in (1, 7, 32, 500):
+        together = []
+        for a in range(0, len(records), size):
+            block = [(i + 1, records[i]) for i in range(a, min(a + size, len(records)))]
+            together += [_imported_bits(got) for got in parse_values(block, path, "openai")]
+        assert together == alone, size
+    kinds = {bits[0] if isinstance(bits[0], str) else "read" for bits in alone}
+    assert kinds == {"read", "InvalidInputError"}
+    read = [b for b in alone if not isinstance(b[0], str)]
+    assert sum(b[1]["token_entropies"] is not None for b in read) > 1000
+    assert sum(bool(b[2]) for b in read) > 100  # with samples
+    # parse_many itself: the same BadField a record's parse raises
+    pairs = [(obj, Context("log", "log", i + 1)) for i, obj in enumerate(records[:400])
+             if isinstance(obj, dict)]
+    for (obj, ctx), got in zip(pairs, parse_many(pairs), strict=True):
+        try:
+            want = _imported_bits(parse(obj, ctx))
+        except BadField as exc:
+            want = _imported_bits(exc)
+        assert _imported_bits(got) == want
+
+
+def test_the_reader_pauses_the_collector_only_while_a_block_is_read(tmp_path: Path) -> None:
+    import gc
+
+    from confide.core.errors import InvalidInputError
+    from confide.ingest import read_generations
+
+    log = _log(tmp_path / "log.jsonl")
+    seen = [gc.isenabled() for _ in read_generations(log, on_bad_record="skip")]
+    assert len(seen) == 5 and all(seen) and gc.isenabled()
+    gc.disable()
+    try:
+        assert len(list(read_generations(log, on_bad_record="skip"))) == 5
+        assert not gc.isenabled()  # left off as the caller had it
+    finally:
+        gc.enable()
+    # read in one block, a bad record still comes after the records before it, in its turn
+    stream, got = read_generations(log), []
+    with pytest.raises(InvalidInputError, match=r"log\.jsonl:5: choices\[0\]\.message"):
+        for record in stream:
+            got.append(record.item.id)
+    assert got == ["r-1", str(2 ** 70), "r-\u00e9", "r-4"] and gc.isenabled()

@@ -53,9 +53,10 @@ from confide.ingest.reading import (
     is_blank,
     option_probability,
     parse_value,
+    parse_values,
     read_generations,
 )
 
 __all__ = ["ANSWER_MODES", "DETECTION_ORDER", "FORMATS", "Imported", "ImportedStream",
            "decode_line", "detect", "detect_format", "duplicate_id", "file_layout", "is_blank",
-           "option_probability", "parse_value", "read_generations"]
+           "option_probability", "parse_value", "parse_values", "read_generations"]

@@ -187,12 +187,16 @@ class Fit:
 @dataclass(frozen=True)
 class LogFormat:
     """One log format: its name, whether a record has its required fields (``fits``, for
-    ``format="auto"``), how to parse one."""
+    ``format="auto"``), how to parse one; ``parse_many``, where a format has it, parses
+    many records at once as ``parse`` parses each (each record's :class:`Imported` or the
+    exception its parsing raised)."""
 
     name: str
     fits: Callable[[dict[str, Any]], Fit | None]
     parse: Callable[[dict[str, Any], Context], Imported]
     summary: str
+    parse_many: Callable[[Sequence[tuple[dict[str, Any], Context]]],
+                         list[Imported | Exception]] | None = None
 
 
 FORMATS: Registry[LogFormat] = Registry("log format")

@@ -74,9 +74,11 @@ statistics the backend gave when it made it.
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -112,7 +114,7 @@ from confide.ingest.common import (
     text_prompt,
 )
 
-__all__ = ["fits", "parse"]
+__all__ = ["fits", "parse", "parse_many"]
 
 _OBJECTS = ("chat.completion", "text_completion", "chat.completion.chunk")
 _NUMBER = (float, int)  # exact types: a bool is not a log-probability
@@ -285,6 +287,12 @@ def _check_legacy(lp: dict[str, Any], where: str, text: str) -> None:
 
 
 def _choice(choice: Any, where: str, ctx: Context) -> tuple[Generation, dict[str, str]]:
+    """One choice as its generation and notes (:func:`_choice_steps`, answered here)."""
+    return _answered(_choice_steps(choice, where, ctx))
+
+
+def _choice_steps(choice: Any, where: str, ctx: Context) -> _Steps[tuple[Generation,
+                                                                          dict[str, str]]]:
     if not isinstance(choice, dict):
         raise BadField(where, "a choice must be an object")
     if "delta" in choice:
@@ -295,7 +303,7 @@ def _choice(choice: Any, where: str, ctx: Context) -> tuple[Generation, dict[str
         raise BadField(f"{where}.finish_reason", "must be text")
     reasoning = reasoning_field(choice.get("message"), _REASONING, f"{where}.message.")
     if reasoning is not None:  # the trace in a field of its own
-        return _reasoning_choice(choice, reasoning, where, ctx)
+        return (yield from _reasoning_choice(choice, reasoning, where, ctx))
     lp = choice.get("logprobs")
     listed: np.ndarray | None = None
     try:  # the openai backend's reading of a choice, so both agree
@@ -304,7 +312,7 @@ def _choice(choice: Any, where: str, ctx: Context) -> tuple[Generation, dict[str
             if not isinstance(lp, dict):
                 raise BadField(f"{where}.logprobs", "must be an object")
             text = _raw_text(choice)
-            listed = _chat_statistics(choice, lp, gen, text, f"{where}.logprobs")
+            listed = yield _STATISTICS, (choice, lp, gen, text, f"{where}.logprobs")
             if listed is None:  # not the common case: checked field by field
                 if "content" in lp:
                     _check_chat(lp, f"{where}.logprobs", text)
@@ -317,7 +325,7 @@ def _choice(choice: Any, where: str, ctx: Context) -> tuple[Generation, dict[str
         gen.tokens, gen.token_logprobs, gen.top_logprobs, gen.top_tokens = [], None, None, None
     notes: dict[str, str] = {}
     if ctx.entropy_bounds and gen.top_logprobs is not None:  # as the openai backend does
-        gen.token_entropies, notes = _topk_entropies(gen, listed)
+        gen.token_entropies, notes = yield _ENTROPIES, (gen, listed)
     return answer_with_trace(gen, None, ctx, where), notes
 
 
@@ -341,11 +349,34 @@ def _chat_statistics(choice: dict[str, Any], lp: dict[str, Any], gen: Generation
     token of answer text. :func:`_chat_well_formed` accepts all of these, so the same
     records pass and fail; the spelling is checked as there (:func:`check_spelling`), and
     the generation equals :func:`generation_from_choice`'s
-    (``tests/test_import_speed_paths.py``).
+    (``tests/test_import_speed_paths.py``). :func:`_chat_statistics_many` does the same
+    for many choices at once.
 
     Returns, for the answer's tokens, which alternatives are the chosen token (shape
     ``(T, k)``), for the entropy bounds.
     """
+    gathered = _gathered(choice, lp)
+    if gathered is None:
+        return None
+    tokens, names, values, alts, k = gathered
+    n = len(tokens)
+    try:
+        both = np.array(values + alts, dtype=np.float64)
+    except OverflowError:
+        return None
+    chosen, top = both[:n], both[n:].reshape(n, k)
+    listed = (np.array(names, dtype=object).reshape(n, k)
+              == np.array(tokens, dtype=object)[:, None])
+    if _step_faults(chosen, top, listed).any():
+        return None  # the checks name the fault (or the plain reading takes it)
+    return _filled(gen, text, where, tokens, names, k, chosen, top, listed)
+
+
+def _gathered(choice: dict[str, Any], lp: dict[str, Any]
+              ) -> tuple[list[str], list[str], list[Any], list[Any], int] | None:
+    """``(tokens, alternatives' tokens, log-probabilities, alternatives' log-probabilities,
+    k)`` of a chat choice whose entries have the common case's shape and types
+    (:func:`_chat_statistics`); None otherwise."""
     content = lp.get("content")
     if (type(content) is not list or not content
             or not (isinstance(choice.get("message"), dict) or "text" not in choice)):
@@ -360,28 +391,33 @@ def _chat_statistics(choice: dict[str, Any], lp: dict[str, Any], gen: Generation
         alts = [alt["logprob"] for row in rows for alt in row]
     except (KeyError, TypeError):
         return None
-    n, k = len(rows), len(rows[0])
-    numbers = values + alts
-    kinds = set(map(type, numbers))
-    if (not k or set(map(type, tokens + names)) != _STR or not kinds <= _NUMBERS
-            or (int in kinds and min(numbers) <= -_EXACT_INT)):
+    k = len(rows[0])
+    kinds = set(map(type, values)) | set(map(type, alts))
+    if (not k or set(map(type, tokens)) | set(map(type, names)) != _STR
+            or not kinds <= _NUMBERS
+            or (int in kinds and min(min(values), min(alts)) <= -_EXACT_INT)):
         return None
-    try:
-        both = np.array(numbers, dtype=np.float64)
-    except OverflowError:
-        return None
-    if not (both.max() <= 0.0 and both.min() > -math.inf):  # NaN fails too
-        return None
-    chosen, top = both[:n], both[n:].reshape(n, k)
-    listed = (np.array(names, dtype=object).reshape(n, k)
-              == np.array(tokens, dtype=object)[:, None])
-    own = listed.any(axis=1)
-    if not (own <= (listed & (np.abs(top - chosen[:, None]) <= LOGPROB_TOLERANCE)).any(axis=1)
-            ).all():
-        return None  # a chosen token far from its own entry: the checks name it
-    mass = np.exp(top).sum(axis=1) + np.where(own, 0.0, np.exp(chosen))
-    if (mass > _TOLERANCE - 1e-9).any():  # above, or too near to tell: the checks decide
-        return None
+    return tokens, names, values, alts, k
+
+
+def _step_faults(chosen: np.ndarray, top: np.ndarray, listed: np.ndarray) -> np.ndarray:
+    """Per step (row), whether it leaves the common case: a log-probability not finite or
+    above 0, the chosen token far from its own entry, or a listed mass at or too near
+    1 + :data:`MASS_TOLERANCE` to tell. Each row is computed alone, so the rows of many
+    answers give what each answer's give."""
+    with np.errstate(all="ignore"):  # the rows at fault may overflow: they are refused
+        fine = ((chosen <= 0.0) & (chosen > -math.inf)
+                & ((top <= 0.0) & (top > -math.inf)).all(axis=1))
+        own = listed.any(axis=1)
+        agrees = (listed & (np.abs(top - chosen[:, None]) <= LOGPROB_TOLERANCE)).any(axis=1)
+        mass = np.exp(top).sum(axis=1) + np.where(own, 0.0, np.exp(chosen))
+        return ~fine | (own & ~agrees) | (mass > _TOLERANCE - 1e-9)
+
+
+def _filled(gen: Generation, text: str, where: str, tokens: list[str], names: list[str],
+            k: int, chosen: np.ndarray, top: np.ndarray, listed: np.ndarray
+            ) -> np.ndarray | None:
+    """``gen``'s statistics from one answer's checked steps (:func:`_chat_statistics`)."""
     check_spelling(tokens, text, f"{where}.content")
     t = answer_length(tokens, text)
     if not t:
@@ -391,6 +427,41 @@ def _chat_statistics(choice: dict[str, Any], lp: dict[str, Any], gen: Generation
     gen.top_logprobs = top[:t].astype(np.float32)
     gen.top_tokens = [names[i:i + k] for i in range(0, t * k, k)]
     return listed[:t]
+
+
+def _chat_statistics_many(requests: Sequence[tuple[Any, ...]]) -> list[_Reply]:
+    """:func:`_chat_statistics` of each request ``(choice, lp, gen, text, where)``, as
+    ``(value, None)`` or ``(None, error)``: the same values, the checks of the answers
+    of one width k made by one numpy call each (:func:`_step_faults`, row by row)."""
+    out: list[_Reply] = [(None, None)] * len(requests)
+    groups: dict[int, list[tuple[int, tuple[list[str], list[str], list[Any], list[Any],
+                                             int]]]] = {}
+    for i, (choice, lp, _, _, _) in enumerate(requests):
+        gathered = _gathered(choice, lp)
+        if gathered is not None:
+            groups.setdefault(gathered[4], []).append((i, gathered))
+    for k, members in groups.items():
+        chain = itertools.chain.from_iterable
+        try:
+            chosen = np.array(list(chain(g[2] for _, g in members)), dtype=np.float64)
+            top = np.array(list(chain(g[3] for _, g in members)), dtype=np.float64
+                           ).reshape(-1, k)
+        except OverflowError:  # some answer's number: each answer alone
+            for i, _ in members:
+                out[i] = _reply(_chat_statistics, requests[i])
+            continue
+        listed = (np.array(list(chain(g[1] for _, g in members)), dtype=object).reshape(-1, k)
+                  == np.array(list(chain(g[0] for _, g in members)), dtype=object)[:, None])
+        ends = np.cumsum([len(g[0]) for _, g in members]).tolist()
+        starts = [0, *ends[:-1]]
+        faulty = np.logical_or.reduceat(_step_faults(chosen, top, listed), starts).tolist()
+        for (i, (tokens, names, _, _, _)), a, b, bad in zip(members, starts, ends, faulty,
+                                                           strict=True):
+            if not bad:
+                _, _, gen, text, where = requests[i]
+                out[i] = _reply(_filled, (gen, text, where, tokens, names, k, chosen[a:b],
+                                          top[a:b], listed[a:b]))
+    return out
 
 
 def _topk_entropies(gen: Generation, listed: np.ndarray | None = None
@@ -451,13 +522,139 @@ def _topk_entropies(gen: Generation, listed: np.ndarray | None = None
                                                    + ([k] if not some or not apart.all() else []))
 
 
+def _topk_entropies_many(requests: Sequence[tuple[Any, ...]]) -> list[_Reply]:
+    """:func:`_topk_entropies` of each request ``(gen, listed)``, as ``(value, None)`` or
+    ``(None, error)``: the same float32 values and notes, the answers of one width k in
+    one pass. Each step's row is computed as that function computes it (a row sorted
+    best first is left as it is by the stable sort too; sums run along the row), so the
+    answers together give what each gives alone. An answer outside the common case goes
+    to that function itself."""
+    out: list[_Reply] = [(None, None)] * len(requests)
+    groups: dict[int, list[int]] = {}
+    for i, (gen, listed) in enumerate(requests):
+        top, chosen, names = gen.top_logprobs, gen.token_logprobs, gen.top_tokens
+        if (listed is None or top is None or chosen is None or names is None
+                or top.ndim != 2 or not top.shape[0] or not top.shape[1]
+                or len(names) != top.shape[0] or len(gen.tokens) != top.shape[0]
+                or chosen.shape != top.shape[:1] or listed.shape != top.shape
+                or top.dtype != np.float32 or chosen.dtype != np.float32):
+            out[i] = _reply(_topk_entropies, requests[i])
+        else:
+            groups.setdefault(top.shape[1], []).append(i)
+    for k, members in groups.items():
+        try:
+            bounds, ends, some, every, finite = _bounds_of(
+                [requests[i][0] for i in members], [requests[i][1] for i in members], k)
+        except Exception:  # some answer's values: each answer alone
+            for i in members:
+                out[i] = _reply(_topk_entropies, requests[i])
+            continue
+        for i, a, b, s, e, f in zip(members, [0, *ends[:-1]], ends, some, every, finite,
+                                    strict=True):
+            if not f:  # not finite: that function's own way
+                out[i] = _reply(_topk_entropies, requests[i])
+                continue
+            note = _NOTES.get((k, s, e))
+            if note is None:
+                note = _NOTES[k, s, e] = entropy_note(([k - 1] if s else [])
+                                                      + ([k] if not s or not e else []))
+            out[i] = (bounds[a:b].copy(), dict(note)), None
+    return out
+
+
+_NOTES: dict[tuple[int, bool, bool], dict[str, str]] = {}
+
+
+def _bounds_of(gens: list[Generation], listeds: list[np.ndarray], k: int
+               ) -> tuple[np.ndarray, list[int], list[bool], list[bool], list[bool]]:
+    """The rows of :func:`_topk_entropies` for answers of width ``k``, joined: the float32
+    bounds, each answer's end row, whether any and every step of it sets the chosen token
+    apart, and whether its values are finite (the others' rows are not meant)."""
+    top = np.concatenate([g.top_logprobs for g in gens])
+    chosen32 = np.concatenate([g.token_logprobs for g in gens])
+    listed = np.concatenate(listeds)
+    ends = np.cumsum([len(g.tokens) for g in gens]).tolist()
+    starts = [0, *ends[:-1]]
+    finite = np.logical_and.reduceat(np.isfinite(top).all(axis=1) & np.isfinite(chosen32),
+                                     starts).tolist()
+    n = top.shape[0]
+    values = top.astype(np.float64)
+    if (values[:, :-1] >= values[:, 1:]).all():
+        last = np.full(n, k - 1)
+    else:
+        order = np.argsort(-values, axis=1, kind="stable")
+        values = values[np.arange(n)[:, None], order]
+        last = order[:, -1]
+    apart = listed[np.arange(n), last] if k >= 2 else np.zeros(n, dtype=bool)
+    unlisted = ~listed.any(axis=1)
+    p = np.fromiter(map(math.exp, values.ravel().tolist()), np.float64, n * k).reshape(n, k)
+    mass = np.add.accumulate(p, axis=1)[:, -1]
+    seen = 0.0 - np.add.accumulate(p * values, axis=1)[:, -1]
+    if unlisted.any():
+        lp = chosen32.astype(np.float64)[unlisted]
+        p_lp = np.fromiter(map(math.exp, lp.tolist()), np.float64, len(lp))
+        mass[unlisted] += p_lp
+        seen[unlisted] -= p_lp * lp
+    least = np.where(apart, values[:, k - 2], values[:, k - 1]) if apart.any() else values[:, -1]
+    tail = 1.0 - mass
+    bounds = np.where(tail > 0.0, seen + tail * -least, seen).astype(np.float32)
+    some = np.logical_or.reduceat(apart, starts).tolist()
+    every = np.logical_and.reduceat(apart, starts).tolist()
+    return bounds, ends, some, every, finite
+
+
+# --- one record, or many at once ----------------------------------------------------------
+
+# A record's reading asks for its answers' statistics (:func:`_chat_statistics`) and entropy
+# bounds (:func:`_topk_entropies`) by yielding ``(kind, arguments)``; :func:`parse` answers
+# each at once, :func:`parse_many` those of many records together. Either way the reading is
+# the same code, its checks in the same order.
+_STATISTICS, _ENTROPIES = "statistics", "entropies"
+_T = TypeVar("_T")
+_Steps = Generator[tuple[str, tuple[Any, ...]], Any, _T]
+_Reply = tuple[Any, "Exception | None"]
+
+
+def _one(kind: str) -> Callable[..., Any]:  # looked up when asked: a test may replace one
+    return _chat_statistics if kind == _STATISTICS else _topk_entropies
+
+
+def _many(kind: str) -> Callable[[Sequence[tuple[Any, ...]]], list[_Reply]]:
+    return _chat_statistics_many if kind == _STATISTICS else _topk_entropies_many
+
+
+def _reply(fn: Callable[..., Any], args: tuple[Any, ...]) -> _Reply:
+    try:
+        return fn(*args), None
+    except Exception as exc:  # raised where the reading asked, in order
+        return None, exc
+
+
+def _step(steps: _Steps[_T], reply: _Reply) -> tuple[str, tuple[Any, ...]]:
+    """Send a reply (a value, or an error raised where the reading asked) to ``steps``;
+    its next request (StopIteration at its end)."""
+    value, error = reply
+    return steps.throw(error) if error is not None else steps.send(value)
+
+
+def _answered(steps: _Steps[_T]) -> _T:
+    """The end of ``steps``, each request answered at once."""
+    reply: _Reply = (None, None)
+    while True:
+        try:
+            kind, args = _step(steps, reply)
+        except StopIteration as stop:
+            return stop.value
+        reply = _reply(_one(kind), args)
+
+
 #: The message fields that hold a reasoning model's trace: vLLM's and DeepSeek's
 #: ``reasoning_content``; ``reasoning`` (vLLM from 0.10, OpenRouter).
 _REASONING = ("reasoning_content", "reasoning")
 
 
 def _reasoning_choice(choice: dict[str, Any], reasoning: str, where: str, ctx: Context
-                      ) -> tuple[Generation, dict[str, str]]:
+                      ) -> _Steps[tuple[Generation, dict[str, str]]]:
     """A choice whose message keeps the trace apart (:data:`_REASONING`): the final answer
     with its trace, each read as a choice of its own (:func:`_choice`, every check
     included) from its share of ``logprobs.content``, which covers the trace's tokens and
@@ -489,8 +686,9 @@ def _reasoning_choice(choice: dict[str, Any], reasoning: str, where: str, ctx: C
             joined = "".join(e["token"] for e in chosen)
             text = joined[:len(joined) - len(joined.lstrip())] + text.lstrip()
         logprobs = lp if entries is None else {**lp, "content": chosen}  # type: ignore[dict-item]
-        shares.append(_choice({**choice, "message": {**message, "content": text},
-                               "logprobs": logprobs}, where, plain))
+        shares.append((yield from _choice_steps({**choice, "message": {**message,
+                                                                       "content": text},
+                                                 "logprobs": logprobs}, where, plain)))
     (trace, trace_notes), (gen, notes) = shares
     trace.text = reasoning.strip()
     trace.finish_reason = gen.finish_reason if gen.empty else "stop"
@@ -513,6 +711,10 @@ def _item_id(obj: dict[str, Any], body: dict[str, Any], ctx: Context) -> str:
 
 def parse(obj: dict[str, Any], ctx: Context) -> Imported:
     """One log record as an :class:`~confide.ingest.common.Imported` (field map above)."""
+    return _answered(_parse_steps(obj, ctx))
+
+
+def _parse_steps(obj: dict[str, Any], ctx: Context) -> _Steps[Imported]:
     body, where, request = _unwrap(obj)
     if body.get("object") == "chat.completion.chunk":
         raise BadField(f"{where}object", "a streamed chunk; log the whole response "
@@ -524,7 +726,9 @@ def parse(obj: dict[str, Any], ctx: Context) -> Imported:
         raise BadField(f"{where}choices", "no choices")
     order = index_order([c.get("index") if isinstance(c, dict) else None for c in choices],
                         lambda i: f"{where}choices[{i}].index")
-    gens = [_choice(choices[i], f"{where}choices[{i}]", ctx) for i in order]
+    gens = []
+    for i in order:
+        gens.append((yield from _choice_steps(choices[i], f"{where}choices[{i}]", ctx)))
     greedy, notes = gens[0]
     samples = [g for g, _ in gens[1:]]
     for _, more in gens[1:]:
@@ -541,5 +745,35 @@ def parse(obj: dict[str, Any], ctx: Context) -> Imported:
                     approximate={k: v for k, v in notes.items() if k in caps})
 
 
+def parse_many(records: Sequence[tuple[dict[str, Any], Context]]
+               ) -> list[Imported | Exception]:
+    """:func:`parse` of each ``(record, context)``: each record's :class:`Imported`, or
+    the exception its reading raised (:class:`~confide.ingest.common.BadField`, ...), to be
+    raised in its turn. The same records and errors, the statistics and entropy bounds of
+    all the records' answers computed together (:func:`_chat_statistics_many`,
+    :func:`_topk_entropies_many`): the numpy calls once made for each record are made once
+    for all of them (``benchmarks/results/import_speed.md``)."""
+    results: list[Imported | Exception] = [BadField("record", "not read")] * len(records)
+    steps = [_parse_steps(obj, ctx) for obj, ctx in records]
+    replies: dict[int, _Reply] = {i: (None, None) for i in range(len(records))}
+    while replies:
+        asked: dict[str, list[tuple[int, tuple[Any, ...]]]] = {}
+        for i, reply in replies.items():
+            try:
+                kind, args = _step(steps[i], reply)
+            except StopIteration as stop:
+                results[i] = stop.value
+            except Exception as exc:  # the caller raises it in its turn
+                results[i] = exc
+            else:
+                asked.setdefault(kind, []).append((i, args))
+        replies = {}
+        for kind, requests in asked.items():
+            answers = _many(kind)([args for _, args in requests])
+            replies.update(zip([i for i, _ in requests], answers, strict=True))
+    return results
+
+
 FORMATS.add("openai", LogFormat("openai", fits, parse,
-                                "OpenAI-compatible responses, Batch API output, proxy logs"))
+                                "OpenAI-compatible responses, Batch API output, proxy logs",
+                                parse_many=parse_many))

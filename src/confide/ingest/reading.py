@@ -6,6 +6,9 @@ The formats themselves live in their modules (see :mod:`confide.ingest`).
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import itertools
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,8 +34,9 @@ from confide.ingest.sources import log_source, log_stem
 from confide.tasks.base import BadRecords
 
 __all__ = ["ANSWER_MODES", "DETECTION_ORDER", "FORMATS", "Imported", "ImportedStream",
-           "decode_line", "detect", "detect_format", "duplicate_id", "file_layout", "is_blank",
-           "option_probability", "parse_value", "read_generations"]
+           "collector_paused", "decode_line", "detect", "detect_format", "duplicate_id",
+           "file_layout", "is_blank", "option_probability", "parse_value", "parse_values",
+           "read_generations"]
 
 #: Formats tried by ``format="auto"``: a record must have the required fields of exactly
 #: one of them (a format whose fields are nested in ``response`` yields to one whose
@@ -231,6 +235,71 @@ def parse_value(obj: Any, line: int, path: Path, fmt: str, *, label_field: str |
                                 field="record") from None
 
 
+#: Records read together (:func:`parse_values`): enough for a format's block reading to
+#: share its numpy calls, few enough that the decoded values held at once stay small.
+READ_BLOCK = 32
+
+
+def parse_values(values: Sequence[tuple[int, Any]], path: Path, fmt: str, *,
+                 label_field: str | None = None, entropy_bounds: bool = True,
+                 reasoning_tags: Tags | None = DEFAULT_TAGS) -> list[Imported | Exception]:
+    """:func:`parse_value` of each ``(line, value)``: its :class:`Imported`, or the error
+    it raises (:class:`~confide.core.errors.InvalidInputError` for a bad record; anything
+    else as it came), for the caller to raise in its turn. A format with a block reading
+    (``LogFormat.parse_many``) reads the records together, with the same results."""
+    many = FORMATS[fmt].parse_many
+    if many is None:
+        return [_result(parse_value, obj, line, path, fmt, label_field=label_field,
+                        entropy_bounds=entropy_bounds, reasoning_tags=reasoning_tags)
+                for line, obj in values]
+    source, stem = str(path), log_stem(path)
+    out: list[Imported | Exception] = []
+    todo: list[tuple[int, tuple[dict[str, Any], Context]]] = []
+    for line, obj in values:
+        if isinstance(obj, dict):
+            todo.append((len(out), (obj, Context(
+                source=source, stem=stem, line=line, label_field=label_field,
+                entropy_bounds=entropy_bounds, reasoning_tags=reasoning_tags))))
+        out.append(_result(parse_value, obj, line, path, fmt) if not isinstance(obj, dict)
+                   else InvalidInputError("not read"))
+    for (at, (_, ctx)), got in zip(todo, many([pair for _, pair in todo]), strict=True):
+        if isinstance(got, BadField):
+            got = InvalidInputError(got.message, file=source, line=ctx.line, field=got.field)
+        elif isinstance(got, RecursionError):
+            got = InvalidInputError("nested too deeply", file=source, line=ctx.line,
+                                    field="record")
+        out[at] = got
+    return out
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cycle collector paused while a block of records is decoded and read.
+
+    Decoded JSON holds no reference cycles, so the collector finds nothing in it, but a
+    block of decoded records held at once (some 700 objects a record) makes it run every
+    record and walk them again and again: more time than the reading itself took
+    (``benchmarks/results/import_speed.md``). Counting goes on; collection resumes when
+    the block is read and its values are freed. Nothing is paused where the collector is
+    off already.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _result(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:  # raised by the caller in its turn
+        return exc
+
+
 def duplicate_id(item_id: str, line: int, path: Path) -> InvalidInputError:
     """The error for a record at ``line`` whose id an earlier record of ``path`` has."""
     return InvalidInputError(f"duplicate id {item_id!r}", file=str(path), line=line,
@@ -240,18 +309,34 @@ def duplicate_id(item_id: str, line: int, path: Path) -> InvalidInputError:
 def _records(path: Path, fmt: str, bad: BadRecords, *, label_field: str | None,
              entropy_bounds: bool, reasoning_tags: Tags | None) -> Iterator[Imported]:
     seen: set[str] = set()
-    for line, obj in iter_json_records(path, str(path)):
-        try:
-            record = parse_value(obj, line, path, fmt, label_field=label_field,
-                                 entropy_bounds=entropy_bounds, reasoning_tags=reasoning_tags)
-        except InvalidInputError as exc:
-            bad.bad(exc)
-            continue
-        if record.item.id in seen:
-            bad.bad(duplicate_id(record.item.id, record.line, path))
-            continue
-        seen.add(record.item.id)
-        yield record
+    values = iter_json_records(path, str(path))
+    while True:
+        block: list[tuple[int, Any]] = []
+        stopped: BaseException | None = None
+        with collector_paused():
+            try:
+                block.extend(itertools.islice(values, READ_BLOCK))
+            except BaseException as exc:  # the records read before it come first
+                stopped = exc
+            results = parse_values(block, path, fmt, label_field=label_field,
+                                   entropy_bounds=entropy_bounds,
+                                   reasoning_tags=reasoning_tags)
+            block.clear()  # the decoded values go before the collector is back
+        if not results and stopped is None:
+            return
+        for record in results:
+            if isinstance(record, InvalidInputError):
+                bad.bad(record)
+                continue
+            if isinstance(record, Exception):
+                raise record
+            if record.item.id in seen:
+                bad.bad(duplicate_id(record.item.id, record.line, path))
+                continue
+            seen.add(record.item.id)
+            yield record
+        if stopped is not None:
+            raise stopped
 
 
 def _with_greedy_file(records: Iterator[Imported], path: Path, fmt: str, greedy_path: Path,

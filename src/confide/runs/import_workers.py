@@ -27,8 +27,9 @@ from confide.ingest import (
     decode_line,
     file_layout,
     is_blank,
-    parse_value,
+    parse_values,
 )
+from confide.ingest.reading import READ_BLOCK, collector_paused
 from confide.ingest.sources import is_compressed
 from confide.pipeline.answering import grade_record
 from confide.pipeline.scorer_plan import (
@@ -224,19 +225,24 @@ def work(chunk: list[tuple[int, bytes]]) -> list[Read | tuple[str, str | None, i
     setup = score.setup
     out: list[Read | tuple[str, str | None, int | None, str | None] | None] = []
     block: list[Imported] = []
-    for line, raw in chunk:
-        value = decode_line(raw, line)
-        if is_blank(value):
-            continue
-        try:
-            imported = parse_value(value, line, setup.path, setup.fmt,
+    for a in range(0, len(chunk), READ_BLOCK):
+        with collector_paused():  # as the reading in this process does
+            values = [(line, value) for line, value in ((line, decode_line(raw, line))
+                                                        for line, raw in chunk[a:a + READ_BLOCK])
+                      if not is_blank(value)]
+            results = parse_values(values, setup.path, setup.fmt,
                                    label_field=setup.label_field,
                                    reasoning_tags=setup.reasoning_tags)
-        except InvalidInputError as exc:
-            out.append((bare_message(exc), exc.file, exc.line, exc.field))
-            continue
-        block.append(imported)
-        out.append(None)  # its Read, once the chunk's records are scored together
+            values.clear()
+        for imported in results:
+            if isinstance(imported, InvalidInputError):
+                out.append((bare_message(imported), imported.file, imported.line,
+                            imported.field))
+                continue
+            if isinstance(imported, Exception):
+                raise imported
+            block.append(imported)
+            out.append(None)  # its Read, once the chunk's records are scored together
     reads = score.block(block)
     return [next(reads) if result is None else result for result in out]
 
