@@ -28,9 +28,21 @@ function and everything below runs on the stored run:
 prompt (``confide run --prompt cot --reasoning-tags "<think>,</think>"``) and samples; the
 table says honestly how often it is right and how often it reaches a final answer.
 
+``--live N``: DeepConf-online run live (``confide.deepconf``, ``prompt="cot"``) on the
+first N GSM8K items with ``--live-model`` (the bundled SmolLM2): ``--live-warmup`` traces
+generated whole set the threshold, later traces are stopped as they stream, up to
+``--live-budget`` traces an item. Per item and overall: traces generated, stopped and
+voting, the tokens generated against the full-budget estimate (the warm-up's mean length
+times the budget), the confidence-weighted vote's answer and the plain majority's, and
+their accuracy. ``--live-threshold`` fixes the threshold instead of the warm-up's
+percentile (the stop's mechanics where no warm-up trace has a trace confidence).
+
     .venv/bin/python benchmarks/reasoning.py --items 40 --samples 8
     .venv/bin/python benchmarks/reasoning.py --no-logs --gsm8k smollm2 --gsm8k gemma3-270m \\
         --gsm8k-items 10 --gsm8k-samples 4
+    .venv/bin/python benchmarks/reasoning.py --no-logs --live 3
+
+Each run replaces the sections of the parts it ran in ``--out`` and keeps the others.
 """
 
 from __future__ import annotations
@@ -219,6 +231,135 @@ def gsm8k_part(args: argparse.Namespace, work: Path) -> list[str]:
     return lines
 
 
+def _short(answer: str | None, grade: float | None, item: Any) -> str:
+    """An answer for a table cell: the number the grader reads, with its grade."""
+    from confide.scorers.final_answer import extract_final_answer
+
+    if answer is None:
+        return "none"
+    text = " ".join((extract_final_answer(answer, item) or answer).split()).replace("|", "/")
+    text = text if len(text) <= 24 else text[:23] + "…"  # one line of a table cell
+    return text + ("" if grade is None else f" ({grade:.0f})")
+
+
+def _closed(trace: Any) -> bool:
+    """A trace generated whole that closed its ``<think>`` tag and gave a final answer."""
+    return trace.stopped_at is None and trace.trace_tokens > 0 and bool(trace.answer)
+
+
+def live_command(args: argparse.Namespace) -> str:
+    """The command line of the live part (options only: no machine path)."""
+    parts = [".venv/bin/python benchmarks/reasoning.py --no-logs", f"--live {args.live}",
+             f"--live-model {args.live_model}", f"--live-warmup {args.live_warmup}",
+             f"--live-budget {args.live_budget}",
+             f"--live-max-new-tokens {args.live_max_new_tokens}",
+             f"--live-window {args.live_window}", f"--live-eta {args.live_eta:g}"]
+    if args.live_threshold is not None:
+        parts.append(f"--live-threshold {args.live_threshold:g}")
+    return " ".join(parts)
+
+
+def live_part(args: argparse.Namespace) -> list[str]:
+    from confide.tasks.loading import load_task
+
+    items = load_task("gsm8k", limit=args.live).items
+    load = os.getloadavg()[0]
+    model = confide.load_model(args.live_model)
+    rows, outs = [], []
+    began = time.perf_counter()
+    for item in items:
+        out = confide.deepconf(model, item, prompt="cot", warmup=args.live_warmup,
+                               budget=args.live_budget, eta=args.live_eta,
+                               window=args.live_window, threshold=args.live_threshold,
+                               max_new_tokens=args.live_max_new_tokens, seed=args.seed)
+        outs.append(out)
+        opened = sum(1 for t in out.traces if t.trace_tokens > 0)
+        closed = sum(1 for t in out.traces if _closed(t))
+        rows.append(f"| {item.id} | {out.count('generated')} | {opened} | {closed} | "
+                    f"{out.count('stopped')} | {out.count('voted')} | "
+                    f"{'–' if not math.isfinite(out.threshold) else f'{out.threshold:.3f}'} | "
+                    f"{out.tokens:,} | {out.tokens_full:,.0f} | "
+                    f"{out.saved_share:.0%} | {_short(out.answer, out.correct, item)} | "
+                    f"{_short(out.majority, out.majority_correct, item)} |")
+        print(rows[-1], flush=True)
+    wall = time.perf_counter() - began
+    n = len(outs)
+    tokens = sum(o.tokens for o in outs)
+    full = sum(o.tokens_full for o in outs)
+    vote_right = sum(1 for o in outs if o.correct is not None and o.correct >= 0.5)
+    major_right = sum(1 for o in outs if o.majority_correct is not None
+                      and o.majority_correct >= 0.5)
+    no_vote = sum(1 for o in outs if o.answer is None)
+    no_major = sum(1 for o in outs if o.majority is None)
+    notes = sorted({note for o in outs for note in o.notes})
+    generated = sum(o.count("generated") for o in outs)
+    opened = sum(1 for o in outs for t in o.traces if t.trace_tokens > 0)
+    closed = sum(1 for o in outs for t in o.traces if _closed(t))
+    bare = sum(1 for o in outs for t in o.traces if t.trace_tokens == 0 and t.answer)
+    threshold = ("fixed at " + f"{args.live_threshold:g}" if args.live_threshold is not None
+                 else f"the {100 - args.live_eta:g}th percentile of the warm-up traces' lowest "
+                 "group confidences")
+    lines = [f"## Live DeepConf-online, GSM8K, {args.live_model} ({n} items)", "",
+             f"    {live_command(args)}", "",
+             f"{time.strftime('%Y-%m-%d', time.gmtime())}, shared 2-core CPU, load average "
+             f"{load:.1f}, {wall / 60:.1f} min ({wall / max(1, n):.0f} s an item). "
+             f"`confide.deepconf(prompt=\"cot\")`: {args.live_warmup} warm-up traces, at most "
+             f"{args.live_budget} traces an item, {args.live_max_new_tokens} new tokens a "
+             f"trace, group window {args.live_window} trace tokens, threshold {threshold}, "
+             "consensus 0.95, numeric grader. *Opened*: replies that opened a `<think>` "
+             "trace; *closed*: opened, generated whole, a final answer after the closing "
+             "tag; *vote*: the confidence-weighted vote's answer, *majority*: the plain "
+             "majority over the traces generated whole (each answer as "
+             "`extract_final_answer` reads it, graded 1 or 0 by the numeric grader); "
+             "*estimate*: the warm-up's mean length times the budget (not a measurement).", "",
+             "| item | traces | opened | closed | stopped | voted | threshold | tokens | "
+             "estimate | saved | vote (graded) | majority (graded) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|", *rows,
+             f"| **all** | {generated} | {opened} | {closed} | "
+             f"{sum(o.count('stopped') for o in outs)} | {sum(o.count('voted') for o in outs)} "
+             f"| | {tokens:,} | {full:,.0f} | {(full - tokens) / full if full else math.nan:.0%} "
+             f"| {vote_right}/{n} right ({no_vote} without an answer) | {major_right}/{n} right "
+             f"({no_major} without an answer) |", ""]
+    if notes:
+        lines += ["Notes of the runs: " + "; ".join(notes) + ".", ""]
+    lines += ["What this cannot show: the bundled model rarely closes a `<think>` trace "
+              f"({closed} of the {opened} traces it opened here reached a final answer after "
+              f"the closing tag; {bare} of {generated} replies answered without a trace, "
+              "which has no trace confidence either), so few "
+              "traces have a trace confidence, the warm-up often sets no threshold (then no "
+              "trace is stopped) and the vote has little to weigh; and it is almost never "
+              "right, so the accuracy of the vote against the majority cannot be compared. "
+              + ("The section shows the mechanics on a real model (traces stopped as they "
+                 "stream, tokens against the estimate, both votes graded)"
+                 if any(o.count("stopped") for o in outs) else
+                 "Here no trace was stopped, so the section shows the loop around the stop "
+                 "on a real model (warm-up, threshold, both votes graded, tokens against the "
+                 "estimate); the stop itself is shown on the bundled model with a fixed "
+                 "threshold by tests/decisions/test_deepconf_live.py and "
+                 "tests/test_thinking_stream.py (`--live-threshold` does it here)")
+              + "; the claim that the stop saves tokens at equal accuracy rests on DeepConf's "
+              "published figures (Fu et al. 2025)."]
+    return lines
+
+
+_SECTIONS = {"logs": "## Hand-written", "gsm8k": "## GSM8K", "live": "## Live DeepConf"}
+
+
+def _merge(old: str, new: dict[str, list[str]]) -> str:
+    """``old`` with each section in ``new`` (by its heading's start) replaced, or appended."""
+    text = old.rstrip() + "\n"
+    for part, lines in new.items():
+        head = _SECTIONS[part]
+        body = "\n".join(lines).rstrip() + "\n"
+        start = text.find("\n" + head)
+        if start < 0:
+            text = text.rstrip() + "\n\n" + body
+            continue
+        end = text.find("\n## ", start + 1)
+        text = text[:start + 1] + body + ("" if end < 0 else "\n" + text[end + 1:])
+    return text
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--logs", action=argparse.BooleanOptionalAction, default=True)
@@ -232,31 +373,38 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--gsm8k-items", type=int, default=10)
     ap.add_argument("--gsm8k-samples", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=384)
+    ap.add_argument("--live", type=int, default=0, help="GSM8K items of live DeepConf")
+    ap.add_argument("--live-model", default="smollm2")
+    ap.add_argument("--live-warmup", type=int, default=2)
+    ap.add_argument("--live-budget", type=int, default=4)
+    ap.add_argument("--live-max-new-tokens", type=int, default=96)
+    ap.add_argument("--live-window", type=int, default=32)
+    ap.add_argument("--live-eta", type=float, default=10.0)
+    ap.add_argument("--live-threshold", type=float, default=None)
     ap.add_argument("--dir", type=Path, help="work folder (default: a temp)")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "reasoning.md")
     args = ap.parse_args(argv)
     work = args.dir or Path(tempfile.mkdtemp(prefix="confide-reasoning-"))
     work.mkdir(parents=True, exist_ok=True)
-    lines = ["# Reasoning replies: cost, DeepConf's stops, trace confidences", "",
-             "Written by `benchmarks/reasoning.py` (its docstring says what each part "
-             f"measures), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "",
-             "The AUROC and vote figures of the hand-written logs measure the generator (each "
-             "trace was made so that its confidence carries its correctness), not a model: "
-             "they show that every scorer and vote reads traces of this size end to end, and "
-             "what each costs. The published evidence for DeepConf is its paper's (Fu et al. "
-             "2025).", ""]
+    header = ["# Reasoning replies: cost, DeepConf's stops, trace confidences", "",
+              "Written by `benchmarks/reasoning.py` (its docstring says what each part "
+              f"measures), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "",
+              "The AUROC and vote figures of the hand-written logs measure the generator (each "
+              "trace was made so that its confidence carries its correctness), not a model: "
+              "they show that every scorer and vote reads traces of this size end to end, and "
+              "what each costs. The published evidence for DeepConf is its paper's (Fu et al. "
+              "2025).", ""]
+    parts: dict[str, list[str]] = {}
     if args.logs:
-        lines += logs_part(args, work) + [""]
+        parts["logs"] = logs_part(args, work)
     if args.gsm8k:
-        lines += gsm8k_part(args, work) + [""]
-    text = "\n".join(lines)
-    print(text)
-    if args.out.exists() and not (args.logs and args.gsm8k):
-        old = args.out.read_text(encoding="utf-8")
-        keep = "## GSM8K" if args.logs else "## Hand-written"
-        if keep in old:  # one part rerun: keep the other part's section
-            text += "\n" + old[old.index(keep):]
-    args.out.write_text(text.rstrip() + "\n", encoding="utf-8")
+        parts["gsm8k"] = gsm8k_part(args, work)
+    if args.live:
+        parts["live"] = live_part(args)
+    print("\n\n".join("\n".join(lines) for lines in parts.values()))
+    # the parts that ran replace their sections; the header and the other parts stay
+    old = args.out.read_text(encoding="utf-8") if args.out.exists() else "\n".join(header)
+    args.out.write_text(_merge(old, parts), encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -132,6 +132,10 @@ class TokenEvent:
     ``reasoning_content`` deltas) sets ``trace``, the reasoning so far, and then
     ``text`` is the answer alone; ``in_trace`` says this token is the reasoning's.
     Otherwise ``trace`` is None and a trace, if any, is in ``text`` between its tags.
+    ``trace_opened``: the row's prompt ended with the opening tag (a chat template's
+    thinking mode, :func:`opens_trace`), so ``text`` is a trace from its first token and
+    holds no opening tag (as :attr:`Generation.trace_opened
+    <confide.core.records.Generation.trace_opened>` marks the finished reply).
     """
 
     prompt: int
@@ -143,6 +147,7 @@ class TokenEvent:
     top: tuple[tuple[str, float], ...] = ()
     trace: str | None = None
     in_trace: bool = False
+    trace_opened: bool = False
 
 
 TokenCallback = Callable[[TokenEvent], "str | None"]

@@ -587,8 +587,10 @@ def deepconf(model: Any, question: str | Any, *, warmup: int = DEEPCONF_WARMUP,
        :math:`\text{seed} + j`), each watched token by token by
        :class:`~confide.pipeline.streaming.TraceStop`: the backend ends the row at the first
        window whose group confidence falls below :math:`s`, so the rest of the trace is
-       never generated. A stopped trace does not vote; a trace generated whole with a final
-       answer votes with weight :math:`C_\text{least}`.
+       never generated. Only a trace is judged: a reply that writes the opening tag, or
+       one whose prompt ended with it (a chat template's thinking mode), from its first
+       token; a reply without a trace is never stopped. A stopped trace does not vote; a
+       trace generated whole with a final answer votes with weight :math:`C_\text{least}`.
     3. After the warm-up and after each batch the leader's share
        :math:`\beta = \max_a V(a) / \sum_a V(a)` (:func:`weighted_shares`) is checked;
        sampling stops once :math:`\beta \ge \tau` (``consensus``) or ``budget`` traces
@@ -657,9 +659,6 @@ def deepconf(model: Any, question: str | Any, *, warmup: int = DEEPCONF_WARMUP,
     item = question if isinstance(question, Item) else Item(id="q0", prompt=question)
     rendered, stops, default_budget = _live_prompt(model, item, prompt)
     cot = prompt == "cot"
-    # a k-shot prompt's model writes the opening tag itself: a reply without it has no
-    # trace and is never stopped; a chat template may hold the tag in the prompt
-    opening = cot or (prompt == "text" and not str(rendered).rstrip().endswith(tags[0]))
     judge_name = judge or ("numeric" if cot else "exact")
     equiv = make_judge(judge_name, backend=model)
     if item.references and grader is None:
@@ -720,7 +719,10 @@ def deepconf(model: Any, question: str | Any, *, warmup: int = DEEPCONF_WARMUP,
     labels, shares = tally()
     while len(traces) < budget and max(shares.values(), default=0.0) < consensus:
         n = min(batch, budget - len(traces))
-        stopper = TraceStop(s, window=window, tags=tags, opening=opening) \
+        # only a trace is stopped: a reply that writes the opening tag (a k-shot prompt's
+        # model) or whose prompt ended with it (a chat template's thinking mode: the hf
+        # backend marks its events trace_opened); a reply without one never is
+        stopper = TraceStop(s, window=window, tags=tags, opening=True) \
             if math.isfinite(s) else None
         for j, g in enumerate(draw(n, _Seen(stopper))):
             at = None if stopper is None else stopper.stopped.get((0, j))

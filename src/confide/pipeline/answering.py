@@ -148,7 +148,8 @@ class Pipeline:
         record = Record(item=item, greedy=result.greedy, samples=result.samples,
                         seconds=seconds)
         ctx = ScoringContext(backend=self.backend, judge=self.judge,
-                             seed=self.seed if seed is None else seed, prompt=result.prompt)
+                             seed=self.seed if seed is None else seed, prompt=result.prompt,
+                             reasoning_tags=self.reasoning_tags)
         score_record(record, self._plan, ctx)
         if self.grader is not None:
             grade_record(record, self.grader, self.backend)

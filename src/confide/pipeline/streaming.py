@@ -52,7 +52,11 @@ so the deltas of a choice always add up to its final answer.
 A reasoning reply (``tags`` set, or a backend that gets the trace apart:
 :attr:`TokenEvent.trace <confide.backends.base.TokenEvent.trace>`) is two spans, as its
 record is (:mod:`confide.core.reasoning`): each token is the trace's up to and including
-the one that completes the closing tag, the answer's after it. A trace token's update
+the one that completes the closing tag, the answer's after it; a reply whose prompt opened
+the trace (:attr:`TokenEvent.trace_opened <confide.backends.base.TokenEvent.trace_opened>`:
+a chat template's thinking mode ending with ``<think>``) holds no opening tag and is the
+trace's from its first token, as :func:`~confide.core.reasoning.split_reasoning` reads
+its record. A trace token's update
 carries ``trace_delta`` (the trace's safe text: a tail that may become the closing tag
 waits) and the trace's own running confidence; it is never held back nor judged.
 Early abstention, the holdback and the answer's running confidence read the final
@@ -157,12 +161,17 @@ class TraceStop:
     full statistics. A row whose top-k are missing, fewer than two or not finite is not
     judged. ``stopped`` maps ``(prompt, sample)`` to the trace tokens generated at the stop.
 
-    With ``opening`` True a row is judged only once its text opens with the opening tag
-    (white space aside): a reply without a trace (a k-shot prompt's model that skipped it)
-    is never stopped, as :func:`~confide.decisions.deepconf.stop_point` judges only a
-    trace; leave it False where the prompt holds the opening tag (DeepSeek-R1's template).
-    A backend that gets the trace apart (:attr:`TokenEvent.in_trace
-    <confide.backends.base.TokenEvent.in_trace>`) has its answer tokens never judged.
+    With ``opening`` True a row is judged only once it is a trace: its text opens with the
+    opening tag (white space aside), or its prompt opened the trace
+    (:attr:`TokenEvent.trace_opened <confide.backends.base.TokenEvent.trace_opened>`: a
+    chat template that ends with ``<think>\n``, as DeepSeek-R1's and Qwen3's thinking
+    mode; the ``hf`` backend marks it), judged from its first token. A reply without a
+    trace (a k-shot prompt's model that skipped it) is never stopped, as
+    :func:`~confide.decisions.deepconf.stop_point` judges only a trace. With ``opening``
+    False every sampled row is judged from its first token (a backend that cannot say
+    that its prompt opened the trace). A backend that gets the trace apart
+    (:attr:`TokenEvent.in_trace <confide.backends.base.TokenEvent.in_trace>`) has its
+    answer tokens never judged.
 
     Cost per token: one ``k``-vector mean and a running window sum; the closing tag is
     looked for in the row's text the loop already decodes for every event.
@@ -214,6 +223,8 @@ class TraceStop:
         row.total += c
         if len(row.values) > self.window:
             row.total -= row.values[len(row.values) - self.window - 1]
+        if event.trace_opened:
+            row.opened = True  # the prompt ended with the opening tag: a trace from token 1
         if self.opening is not None and not row.opened and event.trace is None:
             head = event.text.lstrip()
             if not head.startswith(self.opening):
@@ -440,14 +451,19 @@ class AnswerStream:
         opening, closing = self.tags
         text = event.text
         head = text.lstrip()
+        written = head.startswith(opening)
         if state.opened is None:
-            if not head.startswith(opening):
+            if not written and not event.trace_opened:
                 if opening.startswith(head):  # may still become the opening tag
                     return "", "", True
                 state.opened = False
                 return None, text, False
             state.opened = True
-        start = len(text) - len(head) + len(opening)
+        if not written and head and opening.startswith(head):
+            return "", "", True  # the prompt opened the trace; the model may write the tag
+        # the trace starts after the tag the reply wrote, else (the prompt opened it) at the
+        # reply's start, as split_reasoning reads the record
+        start = len(text) - len(head) + len(opening) if written else 0
         close = text.find(closing, start)
         if close < 0:
             return text[start:], "", True

@@ -211,7 +211,8 @@ def cued_answer_logprob(record: Record, ctx: ScoringContext) -> float:
     def compute() -> np.ndarray:
         cue, ids = backend.cue_and_answer_ids(FINAL_ANSWER_CUE + " ", answer)
         # a reply with a trace came from a reasoning run: its prompt in thinking mode
-        lp = backend.continuation_logprobs([prompt], [trace_ids + cue], [ids], thinking=True)
+        lp = backend.continuation_logprobs([prompt], [trace_ids + cue], [ids],
+                                           thinking=ctx.thinking(gen))
         return np.asarray(lp[0], dtype=np.float64)
 
     return cued_answer_value(ctx.cached(record, f"cued_answer_logprobs:{form}", compute))

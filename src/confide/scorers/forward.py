@@ -227,8 +227,10 @@ def _attention(record: Record, ctx: ScoringContext) -> tuple[int, np.ndarray]:
     """(prompt length :math:`p`, self-attention weights (layers, heads, :math:`p + T`) of
     the prompt's and the answer's positions), once per record.
 
-    One pass over the tokens generation read: the prompt as the run rendered it (a
-    reasoning reply's in thinking mode, :func:`~confide.backends.base.encode_prompt`), a
+    One pass over the tokens generation read: the prompt as the run rendered it (in a
+    reasoning run, or for a reply with a trace, in thinking mode:
+    :meth:`ScoringContext.thinking <confide.scorers.context.ScoringContext.thinking>`,
+    :func:`~confide.backends.base.encode_prompt`), a
     reasoning reply's trace, then the answer; the trace's positions are dropped after it,
     so position :math:`p + j` is answer token :math:`y_j` read after the trace.
     """
@@ -238,8 +240,8 @@ def _attention(record: Record, ctx: ScoringContext) -> tuple[int, np.ndarray]:
         raise CannotScore("empty answer: no tokens to score")
     prompt = _generation_prompt(record, ctx)
     trace = _trace_ids(gen)
-    # a reply with a trace came from a reasoning run: its prompt rendered in thinking mode
-    thinking = gen.trace is not None
+    # a reasoning run's reply (with a trace or not) was generated in thinking mode
+    thinking = ctx.thinking(gen)
 
     def compute() -> tuple[int, np.ndarray]:
         backend = _backend_with(ctx, HasAttentions, "attention diagonals")

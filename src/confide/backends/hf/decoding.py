@@ -201,7 +201,9 @@ class DecodingLoop:
 
     def _step_hook(self, rows: list[_Row], on_token: TokenCallback) -> Any:
         """Adapt ``on_token`` to the decoding loop: number each question's samples in
-        row order and report tokens as :class:`TokenEvent`."""
+        row order and report tokens as :class:`TokenEvent` (``trace_opened`` where the
+        row's prompt opened the trace: the stream and the live stop read its reply as a
+        trace from its first token)."""
         sample_of: dict[int, int | None] = {}
         count: Counter[int] = Counter()
         for row in rows:
@@ -219,7 +221,7 @@ class DecodingLoop:
             return on_token(TokenEvent(
                 row.question, sample_of[id(row)],
                 self.tokenizer.decode(row.ids, skip_special_tokens=True), self._piece(token),
-                stats[0], stats[1], alternatives))
+                stats[0], stats[1], alternatives, trace_opened=row.trace_opened))
 
         return hook
 
