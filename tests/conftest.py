@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -52,3 +54,15 @@ def make_record(logprobs, entropies=None, kl=None, *, item_id="x", references=("
         token_kl_uniform=None if kl is None else np.asarray(kl, dtype=np.float32),
     )
     return Record(item=Item(id=item_id, prompt="Q?", references=list(references)), greedy=gen)
+
+
+@contextmanager
+def chat_template(backend, text: str) -> Iterator[None]:
+    """The bundled model's tokenizer with the chat template ``text`` (a thinking mode,
+    say), restored after."""
+    old = backend.tokenizer.chat_template
+    backend.tokenizer.chat_template = text
+    try:
+        yield
+    finally:
+        backend.tokenizer.chat_template = old

@@ -5,8 +5,6 @@ opening tag to the prompt."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import pytest
 
 from confide.backends.base import GenerationSpec
@@ -16,6 +14,7 @@ from confide.core.records import Generation
 from confide.pipeline.plan import question_plan
 from confide.runs.execution import check_against_model
 from confide.serve.replies import usage
+from tests.conftest import chat_template
 
 _TURNS = ("{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + "
           "message['content'] + '<|im_end|>\\n' }}{%- endfor %}")
@@ -27,20 +26,9 @@ QUESTION = "What is 2 plus 3?"
 MESSAGES = [{"role": "user", "content": QUESTION}]
 
 
-@contextmanager
-def template(backend, text):
-    """The bundled model's tokenizer with another chat template, restored after."""
-    old = backend.tokenizer.chat_template
-    backend.tokenizer.chat_template = text
-    try:
-        yield
-    finally:
-        backend.tokenizer.chat_template = old
-
-
 @pytest.mark.model
 def test_a_reasoning_prompt_is_checked_against_the_context_window_in_thinking_mode(hf_model):
-    with template(hf_model, THINKING_MODE):
+    with chat_template(hf_model, THINKING_MODE):
         plan = question_plan(QUESTION, scorers=("msp",), max_new_tokens=8)
         prompt = plan.task.render(plan.task.items[0], chat=True)
         off = len(hf_model.encode(prompt))
@@ -58,7 +46,7 @@ def test_a_reasoning_prompt_is_checked_against_the_context_window_in_thinking_mo
 @pytest.mark.model
 def test_the_servers_usage_counts_a_reasoning_prompt_in_thinking_mode(hf_model):
     gens = [Generation("5", token_ids=[1], trace=Generation("2+3", token_ids=[2, 3]))]
-    with template(hf_model, THINKING_MODE):
+    with chat_template(hf_model, THINKING_MODE):
         counted = usage(hf_model, MESSAGES, gens, GenerationSpec(reasoning_tags=DEFAULT_TAGS))
         plain = usage(hf_model, MESSAGES, gens, GenerationSpec())
         on = len(hf_model.encode(MESSAGES, thinking=True))

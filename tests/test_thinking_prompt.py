@@ -6,7 +6,6 @@ generated from, in thinking mode, and the answer span, not the trace."""
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ from confide.backends.base import GenerationSpec
 from confide.core.reasoning import DEFAULT_TAGS, final_answer_missing, split_reasoning
 from confide.core.records import Generation, Item
 from confide.pipeline.answering import Pipeline
+from tests.conftest import chat_template
 
 _TURNS = ("{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + "
           "message['content'] + '<|im_end|>\\n' }}{%- endfor %}")
@@ -34,17 +34,6 @@ SHORT_COT = ("Question: What is 2 plus 2?\nAnswer: <think>2 + 2 = 4</think> The 
              "\n\nQuestion: What is 3 plus 3?\nAnswer: <think>3 + 3 = 6</think> The answer "
              "is 6.\n\nQuestion: What is 5 plus 1?\nAnswer: <think>5 + 1 = 6</think> The "
              "answer is 6.\n\nQuestion: What is 4 plus 4?\nAnswer:")
-
-
-@contextmanager
-def template(backend, text):
-    """The bundled model's tokenizer with another chat template, restored after."""
-    old = backend.tokenizer.chat_template
-    backend.tokenizer.chat_template = text
-    try:
-        yield
-    finally:
-        backend.tokenizer.chat_template = old
 
 
 # --- the split -------------------------------------------------------------------------
@@ -70,7 +59,7 @@ def test_a_reply_whose_prompt_opened_the_trace_is_all_trace_until_its_closing_ta
 
 @pytest.mark.model
 def test_the_hf_backend_marks_replies_of_a_prompt_that_opened_the_trace(hf_model):
-    with template(hf_model, OPENS_TRACE):
+    with chat_template(hf_model, OPENS_TRACE):
         prompt_ids = hf_model.encode(QUESTION, thinking=True)
         assert hf_model.tokenizer.decode(prompt_ids).endswith("<|im_start|>assistant\n<think>\n")
         assert hf_model.opens_trace(prompt_ids, DEFAULT_TAGS)
@@ -102,7 +91,7 @@ def test_the_hf_backend_marks_replies_of_a_prompt_that_opened_the_trace(hf_model
 @pytest.mark.model
 def test_passes_over_a_reply_read_the_prompt_it_was_generated_from_in_thinking_mode(hf_model):
     spec = GenerationSpec(max_new_tokens=6, reasoning_tags=DEFAULT_TAGS)
-    with template(hf_model, THINKING_MODE):
+    with chat_template(hf_model, THINKING_MODE):
         on, off = (hf_model.encode(QUESTION, thinking=t) for t in (True, False))
         assert on != off and hf_model.tokenizer.decode(on).endswith("assistant\n<think>\n")
         assert hf_model.generation_prompt(QUESTION, thinking=True) == on

@@ -9,7 +9,8 @@ import pytest
 from confide.backends.base import GenerationSpec, TokenEvent
 from confide.core.reasoning import DEFAULT_TAGS, final_answer_missing
 from confide.pipeline.streaming import AnswerStream, StreamEnd, TokenUpdate, TraceStop
-from tests.test_thinking_prompt import OPENS_TRACE, QUESTION, template
+from tests.conftest import chat_template
+from tests.test_thinking_prompt import OPENS_TRACE, QUESTION
 
 H, L = (-0.05, -3.95), (-0.6, -0.8)  # token confidence 2.0 and 0.7 (tests/decisions)
 
@@ -61,7 +62,7 @@ def test_the_live_stop_ends_traces_of_a_thinking_template(hf_model):
 
     spec = GenerationSpec(max_new_tokens=12, n_samples=2, greedy=False, top_k_alternatives=5,
                           reasoning_tags=DEFAULT_TAGS)
-    with template(hf_model, OPENS_TRACE):
+    with chat_template(hf_model, OPENS_TRACE):
         result = hf_model.generate([QUESTION], spec, [0], on_token=watch)[0]
     assert events and all(e.trace_opened for e in events)
     assert all("<think>" not in e.text for e in events)  # the tag is the prompt's
@@ -80,7 +81,7 @@ def test_the_live_stop_ends_traces_of_a_thinking_template(hf_model):
 def test_deepconf_live_stops_online_traces_of_a_thinking_template(hf_model):
     from confide.decisions.deepconf import deepconf
 
-    with template(hf_model, OPENS_TRACE):
+    with chat_template(hf_model, OPENS_TRACE):
         out = deepconf(hf_model, "What is 2 plus 3?", prompt="chat", warmup=1, budget=3,
                        window=3, threshold=100.0, max_new_tokens=10)
     warm, *online = out.traces
@@ -99,7 +100,7 @@ def test_deepconf_live_stops_online_traces_of_a_thinking_template(hf_model):
 def test_stream_labels_a_thinking_templates_first_tokens_as_the_trace(hf_model):
     import confide
 
-    with template(hf_model, OPENS_TRACE):
+    with chat_template(hf_model, OPENS_TRACE):
         events = list(confide.stream(hf_model, "What is 2 plus 3?", scorers=("mean_logprob",),
                                      max_new_tokens=6, reasoning_tags="<think>,</think>"))
     updates, end = events[:-1], events[-1]

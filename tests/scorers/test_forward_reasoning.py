@@ -19,6 +19,7 @@ from confide.core.records import Generation, Item, Record
 from confide.pipeline.answering import Pipeline
 from confide.scorers import SCORERS, ScoringContext, run_scorer
 from confide.scorers.forward import RAUQ_ALPHA_CHAT, attention_score_value, rauq_layers
+from tests.conftest import chat_template
 
 _TURNS = ("{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + "
           "message['content'] + '<|im_end|>\\n' }}{%- endfor %}")
@@ -29,17 +30,6 @@ THINKING_MODE = (_TURNS + "{%- if add_generation_prompt %}{{- '<|im_start|>assis
 QUESTION = [{"role": "user", "content": "What is 2 plus 3?"}]
 REPLY = "2 plus 3 is 5.</think>\n\nThe answer is 5."
 NAMES = ("rauq", "attention_score", "attention_score_response")
-
-
-@contextmanager
-def template(backend, text):
-    """The bundled model's tokenizer with another chat template, restored after."""
-    old = backend.tokenizer.chat_template
-    backend.tokenizer.chat_template = text
-    try:
-        yield
-    finally:
-        backend.tokenizer.chat_template = old
 
 
 def _eager(model):
@@ -87,7 +77,7 @@ def reasoning(hf_model):
     scored through a reasoning pipeline; the prompt's ids rendered independently."""
     tok = hf_model.tokenizer
     reply_ids = list(tok(REPLY, add_special_tokens=False)["input_ids"])
-    with template(hf_model, THINKING_MODE):
+    with chat_template(hf_model, THINKING_MODE):
         text = tok.apply_chat_template(QUESTION, add_generation_prompt=True, tokenize=False,
                                        enable_thinking=True)
         prompt_ids = list(tok(text, add_special_tokens=False)["input_ids"])
@@ -130,7 +120,7 @@ def test_attention_scores_read_the_prompt_and_the_answer_after_the_trace(hf_mode
     answer = middle.diagonal(dim1=-2, dim2=-1)[:, p + z:].log().mean()
     assert record.scores["attention_score_response"] == pytest.approx(float(answer), rel=rel)
     # the former pass (prompt without thinking mode, answer without its trace) differs
-    with template(hf_model, THINKING_MODE):
+    with chat_template(hf_model, THINKING_MODE):
         length, diagonal = hf_model.attention_diagonals([QUESTION], [record.greedy.token_ids])[0]
     assert length < p  # without the thinking prompt's "<think>\n"
     former = attention_score_value(diagonal[len(diagonal) // 2])
@@ -176,7 +166,7 @@ def test_rauq_reads_the_answers_decoding_steps_after_the_thinking_prompt_and_tra
     # a small alpha weighs the attention more: the steps read without the trace differ
     # (-3.375 against -3.340 in bf16), the scorer's value does not
     alpha = 0.05
-    with template(hf_model, THINKING_MODE):
+    with chat_template(hf_model, THINKING_MODE):
         ctx = ScoringContext(backend=hf_model, prompt=QUESTION, options={"rauq_alpha": alpha})
         value, reason = run_scorer(SCORERS["rauq"], record, ctx)
     assert reason is None

@@ -12,8 +12,9 @@ from confide.core.reasoning import DEFAULT_TAGS
 from confide.core.records import Generation, Item
 from confide.pipeline.answering import Pipeline
 from confide.scorers import SCORERS, ScoringContext, run_scorer
+from tests.conftest import chat_template
 from tests.scorers.test_forward_reasoning import _full_pass
-from tests.test_thinking_prompt import QUESTION, template
+from tests.test_thinking_prompt import QUESTION
 
 _TURNS = ("{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + "
           "message['content'] + '<|im_end|>\\n' }}{%- endfor %}")
@@ -36,7 +37,7 @@ def test_thinking_is_the_runs_mode_or_a_replys_trace():
 def test_a_reasoning_runs_reply_without_a_trace_is_read_after_the_thinking_prompt(hf_model):
     tok = hf_model.tokenizer
     reply_ids = list(tok(REPLY, add_special_tokens=False)["input_ids"])
-    with template(hf_model, THINKING_NOTE):
+    with chat_template(hf_model, THINKING_NOTE):
         on, off = (hf_model.encode(QUESTION, thinking=t) for t in (True, False))
         logprobs = hf_model.continuation_logprobs([QUESTION], [[]], [reply_ids], thinking=True)[0]
         gen = Generation(REPLY, token_ids=reply_ids, tokens=[tok.decode([t]) for t in reply_ids],
