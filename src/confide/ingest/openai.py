@@ -483,13 +483,7 @@ def _topk_entropies(gen: Generation, listed: np.ndarray | None = None
             or not np.isfinite(top).all() or not np.isfinite(chosen).all()):
         return topk_entropies(gen)
     n, k = top.shape
-    values = top.astype(np.float64)
-    if (values[:, :-1] >= values[:, 1:]).all():  # listed best first (as the API does)
-        last = np.full(n, k - 1)
-    else:  # sorted() by -log p, stable: ties keep their order
-        order = np.argsort(-values, axis=1, kind="stable")
-        values = values[np.arange(n)[:, None], order]
-        last = order[:, -1]
+    values, last = _sorted_rows(top)
     if listed is not None and listed.shape == (n, k):  # [t, j]: alternative j is the token
         # the least likely listed: set apart; not listed: its log p is known beyond the top-k
         apart = listed[np.arange(n), last] if k >= 2 else np.zeros(n, dtype=bool)
@@ -504,6 +498,31 @@ def _topk_entropies(gen: Generation, listed: np.ndarray | None = None
                 apart[t] = True
             elif token not in row:
                 unlisted[t] = True
+    bounds = _row_bounds(values, chosen, apart, unlisted)
+    some = bool(apart.any())
+    return bounds.astype(np.float32), entropy_note(([k - 1] if some else [])
+                                                   + ([k] if not some or not apart.all() else []))
+
+
+def _sorted_rows(top: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each step's alternatives as float64, best first (``sorted()`` by -log p, stable:
+    ties keep their order; left as they are when listed best first, as the API does), and
+    the column each step's least likely one came from."""
+    n, k = top.shape
+    values = top.astype(np.float64)
+    if (values[:, :-1] >= values[:, 1:]).all():
+        return values, np.full(n, k - 1)
+    order = np.argsort(-values, axis=1, kind="stable")
+    return values[np.arange(n)[:, None], order], order[:, -1]
+
+
+def _row_bounds(values: np.ndarray, chosen: np.ndarray, apart: np.ndarray,
+                unlisted: Any) -> np.ndarray:
+    """Each step's entropy lower bound (float64) from its sorted alternatives ``values``,
+    rounded as :func:`~confide.backends.topk.entropy_lower_bound` rounds it: ``apart``,
+    the chosen token is the least likely listed and is set apart; ``unlisted``, it is not
+    listed and its log-probability ``chosen`` is added."""
+    n, k = values.shape
     p = np.fromiter(map(math.exp, values.ravel().tolist()), np.float64, n * k).reshape(n, k)
     # running sums (accumulate adds in order, as the loop of entropy_lower_bound does;
     # a sum() pairs terms otherwise); 0.0 - x: that loop's sign of a zero
@@ -516,10 +535,7 @@ def _topk_entropies(gen: Generation, listed: np.ndarray | None = None
         seen[unlisted] -= p_lp * lp
     least = np.where(apart, values[:, k - 2], values[:, k - 1]) if apart.any() else values[:, -1]
     tail = 1.0 - mass
-    bounds = np.where(tail > 0.0, seen + tail * -least, seen)
-    some = bool(apart.any())
-    return bounds.astype(np.float32), entropy_note(([k - 1] if some else [])
-                                                   + ([k] if not some or not apart.all() else []))
+    return np.where(tail > 0.0, seen + tail * -least, seen)
 
 
 def _topk_entropies_many(requests: Sequence[tuple[Any, ...]]) -> list[_Reply]:
@@ -578,26 +594,10 @@ def _bounds_of(gens: list[Generation], listeds: list[np.ndarray], k: int
     finite = np.logical_and.reduceat(np.isfinite(top).all(axis=1) & np.isfinite(chosen32),
                                      starts).tolist()
     n = top.shape[0]
-    values = top.astype(np.float64)
-    if (values[:, :-1] >= values[:, 1:]).all():
-        last = np.full(n, k - 1)
-    else:
-        order = np.argsort(-values, axis=1, kind="stable")
-        values = values[np.arange(n)[:, None], order]
-        last = order[:, -1]
+    values, last = _sorted_rows(top)
     apart = listed[np.arange(n), last] if k >= 2 else np.zeros(n, dtype=bool)
     unlisted = ~listed.any(axis=1)
-    p = np.fromiter(map(math.exp, values.ravel().tolist()), np.float64, n * k).reshape(n, k)
-    mass = np.add.accumulate(p, axis=1)[:, -1]
-    seen = 0.0 - np.add.accumulate(p * values, axis=1)[:, -1]
-    if unlisted.any():
-        lp = chosen32.astype(np.float64)[unlisted]
-        p_lp = np.fromiter(map(math.exp, lp.tolist()), np.float64, len(lp))
-        mass[unlisted] += p_lp
-        seen[unlisted] -= p_lp * lp
-    least = np.where(apart, values[:, k - 2], values[:, k - 1]) if apart.any() else values[:, -1]
-    tail = 1.0 - mass
-    bounds = np.where(tail > 0.0, seen + tail * -least, seen).astype(np.float32)
+    bounds = _row_bounds(values, chosen32, apart, unlisted).astype(np.float32)
     some = np.logical_or.reduceat(apart, starts).tolist()
     every = np.logical_and.reduceat(apart, starts).tolist()
     return bounds, ends, some, every, finite
