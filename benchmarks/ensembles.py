@@ -387,6 +387,7 @@ def main() -> None:
     log(f"\nAccuracy, mean minus base: {d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}].")
 
     # 5. speed: greedy + teacher forcing (4 LoRA members) vs greedy + 10 samples (base)
+    model.use_ensemble(None)  # the runs above leave their members attached; training adds its own
     for text in speed(model, args):
         log(text)
     args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")

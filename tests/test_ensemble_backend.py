@@ -201,6 +201,20 @@ def test_resume_keeps_the_same_ensemble_and_refuses_a_changed_one(model32, train
         execute(config, out, backend=model32)
 
 
+def test_a_run_without_an_ensemble_detaches_an_earlier_runs_members(model32, trained,
+                                                                     tmp_path):
+    config = RunConfig(task="triviaqa", limit=1, scorers=("msp", "ens_mutual_information"),
+                       ensemble=str(trained / "lora"), batch_size=1)
+    execute(config, tmp_path / "with", backend=model32)
+    assert model32.ensemble is not None
+    plain = RunConfig(task="triviaqa", limit=1, scorers=("msp",), batch_size=1)
+    execute(plain, tmp_path / "without", backend=model32)
+    assert model32.ensemble is None
+    with RunStore.open(tmp_path / "without") as store:
+        (record,) = list(store.records())
+    assert record.greedy.members is None
+
+
 def test_run_config_refuses_ensembles_it_cannot_use(tmp_path):
     with pytest.raises(InvalidInputError, match="hf backend only"):
         RunConfig(backend="vllm", ensemble=str(tmp_path))

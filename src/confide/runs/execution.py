@@ -89,6 +89,9 @@ class BlockRunner:
                 raise InvalidInputError("ensemble members score answers with the hf backend "
                                         "only", field="ensemble")
             use_ensemble(config.ensemble, greedy=config.ensemble_greedy)
+        elif getattr(self.backend, "ensemble", None) is not None:
+            # members a caller's earlier run attached: this run asked for none
+            self.backend.use_ensemble(None)  # type: ignore[attr-defined]
         judge = make_judge(plan.judge, backend=self.backend, **plan.judge_options)
         self.pipe = Pipeline.build(self.backend, plan.scorers, judge=judge, grader=plan.grader,
                                    seed=plan.seed, reasoning_tags=plan.spec.reasoning_tags)
