@@ -129,5 +129,9 @@ def test_pooled_hidden_states_of_a_reasoning_reply_are_its_answers_own(hf_model)
     answer, whole = states[n_trace:].mean(0), states.mean(0)
     pooled = gen.hidden["-1:mean"].astype(np.float64)
     assert np.linalg.norm(pooled - answer) < 0.2 * np.linalg.norm(pooled - whole)
-    np.testing.assert_allclose(gen.hidden["-1:last"], states[-1], rtol=0.05, atol=0.05)
+    # the reply's last token's state, up to the cached pass's rounding (bfloat16: a few
+    # elements a tenth apart), and far from the trace's last one
+    last = gen.hidden["-1:last"].astype(np.float64)
+    assert np.linalg.norm(last - states[-1]) < 0.05 * np.linalg.norm(states[-1])
+    assert np.linalg.norm(last - states[-1]) < 0.2 * np.linalg.norm(last - states[n_trace - 1])
     assert split.hidden is gen.hidden  # the split keeps them with the answer
