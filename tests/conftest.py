@@ -66,3 +66,26 @@ def chat_template(backend, text: str) -> Iterator[None]:
         yield
     finally:
         backend.tokenizer.chat_template = old
+
+
+@pytest.fixture(scope="module")
+def one_thread() -> Iterator[None]:
+    """One torch thread for a module (``pytestmark = pytest.mark.usefixtures(...)``): on 2
+    shared cores, two threads' spinning made each training step 3-5x slower."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def model32(one_thread):
+    """The bundled model in float32, the module's own copy: ensemble members are attached
+    to it in place, and detached after."""
+    from confide.backends.hf import HFBackend
+
+    backend = HFBackend("smollm2", dtype="float32", batch_size=4)
+    yield backend
+    backend.use_ensemble(None)

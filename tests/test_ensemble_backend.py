@@ -34,23 +34,7 @@ SCORERS = ("msp", "ens_total_entropy", "ens_expected_entropy", "ens_mutual_infor
            "ens_seq_mutual_information")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One thread: on 2 shared cores, two threads' spinning made each step 3-5x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def model32(one_thread):
-    """The bundled model in float32, its own copy: members are attached to it in place."""
-    from confide.backends.hf import HFBackend
-
-    backend = HFBackend("smollm2", dtype="float32", batch_size=4)
-    yield backend
-    backend.use_ensemble(None)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _train(model, folder: Path, data: Path, steps: int, layers: str | None = None):

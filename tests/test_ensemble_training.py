@@ -43,21 +43,7 @@ SVE_TARGETS = ("layers.28.self_attn.q_proj", "layers.28.self_attn.v_proj",
                "layers.29.self_attn.q_proj", "layers.29.self_attn.v_proj")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One thread: on 2 shared cores, two threads' spinning made each step 3-5x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def model32(one_thread):
-    """The bundled model in float32, its own copy: members are attached to it in place."""
-    from confide.backends.hf import HFBackend
-
-    return HFBackend("smollm2", dtype="float32", batch_size=4)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
